@@ -1,0 +1,151 @@
+"""Federated feature statistics: per-client moments and their exact combination.
+
+A client sends ``(count, mean, m2)`` per feature, where ``m2`` is the sum of squared
+deviations from the client's own mean. This carries exactly the information of
+``(count, sum, sum of squares)`` (``sum = count * mean``,
+``sumsq = m2 + count * mean**2``) but combines without the cancellation that raw sums
+of squares suffer, so the federated mean and variance equal the pooled ones to
+round-off (Chan, Golub and LeVeque's pairwise update). No record leaves a client.
+
+Shapes: ``X`` is ``(n_samples, n_features)``; moments are ``(n_features,)`` arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Moments",
+    "client_moments",
+    "combine_moments",
+    "standardization_from_moments",
+]
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Per-feature sufficient statistics of one client (or of several, combined).
+
+    Attributes
+    ----------
+    count : int
+        Number of records.
+    mean : ndarray of shape (n_features,)
+        Per-feature mean.
+    m2 : ndarray of shape (n_features,)
+        Per-feature sum of squared deviations from ``mean``.
+    """
+
+    count: int
+    mean: np.ndarray
+    m2: np.ndarray
+
+    @property
+    def sum(self) -> np.ndarray:
+        """Per-feature sum of the records."""
+        return self.count * self.mean
+
+    @property
+    def sumsq(self) -> np.ndarray:
+        """Per-feature sum of squares of the records."""
+        return self.m2 + self.count * self.mean**2
+
+    @classmethod
+    def from_sums(cls, count: int, total: np.ndarray, sumsq: np.ndarray) -> Moments:
+        """Build moments from ``(count, sum, sum of squares)``."""
+        total = np.asarray(total, dtype=float)
+        mean = total / count if count else np.zeros_like(total)
+        m2 = np.maximum(np.asarray(sumsq, dtype=float) - count * mean**2, 0.0)
+        return cls(int(count), mean, m2)
+
+
+def client_moments(X: np.ndarray) -> Moments:
+    """Moments of one client's records.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+
+    Returns
+    -------
+    Moments
+    """
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+    n = X.shape[0]
+    if n == 0:
+        z = np.zeros(X.shape[1])
+        return Moments(0, z, z.copy())
+    mean = X.mean(axis=0)
+    m2 = ((X - mean) ** 2).sum(axis=0)
+    return Moments(n, mean, m2)
+
+
+def combine_moments(parts: Iterable[Moments]) -> Moments:
+    """Combine client moments into the moments of the pooled records.
+
+    Parameters
+    ----------
+    parts : iterable of Moments
+        One entry per client; clients with zero records are ignored.
+
+    Returns
+    -------
+    Moments
+        Equal (to round-off) to :func:`client_moments` of the stacked records.
+    """
+    count = 0
+    mean: np.ndarray | None = None
+    m2: np.ndarray | None = None
+    for p in parts:
+        if p.count == 0:
+            continue
+        if mean is None:
+            count, mean, m2 = p.count, p.mean.astype(float).copy(), p.m2.astype(float).copy()
+            continue
+        tot = count + p.count
+        delta = p.mean - mean
+        mean = mean + delta * (p.count / tot)
+        m2 = m2 + p.m2 + delta**2 * (count * p.count / tot)
+        count = tot
+    if mean is None:
+        raise ValueError("combine_moments: no client holds any record")
+    return Moments(count, mean, m2)
+
+
+def standardization_from_moments(
+    moments: Moments, *, ddof: int = 0, eps: float = 1e-12
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Z-score parameters from combined moments.
+
+    Parameters
+    ----------
+    moments : Moments
+        Pooled moments, usually from :func:`combine_moments`.
+    ddof : int, default=0
+        Delta degrees of freedom of the variance.
+    eps : float, default=1e-12
+        A feature whose standard deviation is at most ``eps`` times (1 + |mean|) is
+        constant: its scale is set to 1 so that it is centred but never divided by 0.
+
+    Returns
+    -------
+    mean : ndarray of shape (n_features,)
+    scale : ndarray of shape (n_features,)
+    constant : ndarray of bool, shape (n_features,)
+        Which features were constant in the training records.
+    """
+    denom = max(moments.count - ddof, 1)
+    std = np.sqrt(moments.m2 / denom)
+    constant = std <= eps * (1.0 + np.abs(moments.mean))
+    scale = np.where(constant, 1.0, std)
+    return moments.mean.copy(), scale, constant
+
+
+def pooled_moments_from_groups(X: np.ndarray, slices: Sequence[slice]) -> Moments:
+    """Combine the moments of row blocks of ``X`` (what each client would send)."""
+    return combine_moments(client_moments(X[s]) for s in slices)
