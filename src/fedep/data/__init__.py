@@ -1,5 +1,51 @@
 """Data: official dataset loaders, generic CSV/Parquet, features, partitions, synthetic data."""
 
+from fedep.data.datasets import DATASETS, NSL_KDD_ATTACK_CATEGORIES, Dataset, load_dataset
+from fedep.data.errors import DataError, DatasetNotFoundError
+from fedep.data.features import FEATURE_SETS, FEATURE_SPECS, FORBIDDEN_COLUMNS
+from fedep.data.files import (
+    FileRecord,
+    format_verify_report,
+    resolve_data_dir,
+    verify_data_dir,
+)
+from fedep.data.partition import (
+    format_partition_summary,
+    partition_dirichlet,
+    partition_iid,
+    partition_sorted,
+    partition_summary,
+)
+from fedep.data.protocols import ClientSplit, make_client_split
+from fedep.data.standardize import federated_standardization
 from fedep.data.synthetic import SyntheticFederation, make_federated_data
+from fedep.data.tabular import TableData, load_csv, load_table
 
-__all__ = ["SyntheticFederation", "make_federated_data"]
+__all__ = [
+    "DATASETS",
+    "FEATURE_SETS",
+    "FEATURE_SPECS",
+    "FORBIDDEN_COLUMNS",
+    "NSL_KDD_ATTACK_CATEGORIES",
+    "ClientSplit",
+    "DataError",
+    "Dataset",
+    "DatasetNotFoundError",
+    "FileRecord",
+    "SyntheticFederation",
+    "TableData",
+    "federated_standardization",
+    "format_partition_summary",
+    "format_verify_report",
+    "load_csv",
+    "load_dataset",
+    "load_table",
+    "make_client_split",
+    "make_federated_data",
+    "partition_dirichlet",
+    "partition_iid",
+    "partition_sorted",
+    "partition_summary",
+    "resolve_data_dir",
+    "verify_data_dir",
+]
