@@ -350,7 +350,7 @@ class FeatureTransformer:
         for c in spec.categorical:
             cats = self.categories_[c]
             k = len(cats)
-            codes = pd.Categorical(_as_str(raw[c]), categories=cats).codes
+            codes = pd.Index(cats).get_indexer(_as_str(raw[c]))
             block = np.zeros((n, k), dtype=np.float64)
             hit = codes >= 0
             block[np.flatnonzero(hit), codes[hit]] = 1.0
