@@ -127,7 +127,9 @@ def test_summary_shapes_and_values(d):
     np.testing.assert_allclose(df["attack_share"], [y[g == c].mean() for c in range(k)])
     # sorting on x1 shifts the extreme clients' x1 means far more than other features'
     assert df["max_shift_feature"].iloc[0] == df["max_shift_feature"].iloc[-1] == "x1"
-    assert df["max_shift"].iloc[0] > 1.0 and df["mean_shift"].iloc[0] < 0.5
+    assert df["max_shift"].iloc[0] > 1.0
+    if d > 2:  # the other (unsorted) features barely move
+        assert df["mean_shift"].iloc[0] < 0.5
     assert (df["max_shift"] > df["mean_shift"]).all()
     text = format_partition_summary(df)
     assert f"{k} clients, {n} rows" in text and "attack share" in text
