@@ -1,0 +1,58 @@
+"""Reference baselines: pooled PCA, local-only PCA and one-shot federated PCA.
+
+All bases are (n_features, n_components) with orthonormal columns; records are rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["top_subspace", "pooled_pca", "local_pca", "oneshot_merge", "client_sketch"]
+
+
+def top_subspace(G: np.ndarray, r: int) -> np.ndarray:
+    """Leading ``r`` eigenvectors of symmetric ``G`` (..., n, n) -> (..., n, r)."""
+    _, vecs = np.linalg.eigh(G)
+    return vecs[..., ::-1][..., :r]
+
+
+def pooled_pca(X: np.ndarray, r: int) -> np.ndarray:
+    """Top-r right singular subspace of the pooled (centred) records."""
+    _, _, vt = np.linalg.svd(X, full_matrices=False)
+    return vt[:r].T
+
+
+def local_pca(grams: np.ndarray, r: int) -> np.ndarray:
+    """Each client's own top-r subspace from its Gram matrix, (d, n, r)."""
+    return top_subspace(grams, r)
+
+
+def client_sketch(X: np.ndarray, k: int) -> np.ndarray:
+    """What a client sends in one-shot federated PCA: ``U_k Sigma_k`` of ``X^T``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N_i, n)
+    k : int
+        Truncation rank (>= the model rank; ``n`` makes the merge exact).
+
+    Returns
+    -------
+    ndarray of shape (n, min(k, n, N_i))
+        Left singular vectors of ``X^T`` scaled by their singular values; its Gram
+        ``sketch sketch^T`` is the best rank-k approximation of ``X^T X``.
+    """
+    _, s, vt = np.linalg.svd(X, full_matrices=False)
+    k = min(k, s.size)
+    return vt[:k].T * s[:k]
+
+
+def oneshot_merge(sketches: list[np.ndarray], r: int) -> np.ndarray:
+    """Server merge of client sketches (Grammenos et al., NeurIPS 2020, one level).
+
+    The top-r left singular subspace of ``[s_1, ..., s_d]``; exact pooled PCA when
+    every client sends its full-rank sketch.
+    """
+    M = np.hstack(sketches)
+    u, _, _ = np.linalg.svd(M, full_matrices=False)
+    return u[:, :r]
