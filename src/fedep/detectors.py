@@ -58,7 +58,9 @@ ABLATION_CASES: dict[str, dict[str, Any]] = {
 def _check_number(name, value, *, low=None, high=None, low_open=False, integer=False):
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind) or not np.isfinite(value):
-        raise ValueError(f"{name} must be a finite {'integer' if integer else 'number'}; got {value!r}")
+        raise ValueError(
+            f"{name} must be a finite {'integer' if integer else 'number'}; got {value!r}"
+        )
     if low is not None and (value < low or (low_open and value == low)):
         op = ">" if low_open else ">="
         raise ValueError(f"{name} must be {op} {low}; got {value!r}")
@@ -131,9 +133,7 @@ class BaseFederatedDetector(BaseEstimator):
         self._validate_params_extra()
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=True)
         if self.n_components > X.shape[1]:
-            raise ValueError(
-                f"n_components={self.n_components} must be <= n_features={X.shape[1]}"
-            )
+            raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)
         labels, blocks, inverse = self._split_clients(X, groups)
         # Federated standardisation: each client sends (count, mean, m2) per feature.
@@ -173,7 +173,9 @@ class BaseFederatedDetector(BaseEstimator):
         if self.init == "random":
             return random_stiefel(n, self.n_components, rng)
         if self.init == "oneshot":
-            return oneshot_merge([client_sketch(b, self.n_components) for b in blocks], self.n_components)
+            return oneshot_merge(
+                [client_sketch(b, self.n_components) for b in blocks], self.n_components
+            )
         raise ValueError(f"init must be 'random' or 'oneshot'; got {self.init!r}")
 
     # ------------------------------------------------------------------ scoring
@@ -411,9 +413,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         _check_number("nu", self.nu, low=0.0, low_open=True)
         _check_number("inner_max_iter", self.inner_max_iter, low=1, integer=True)
         if self.penalty_scaling not in ("relative", "paper"):
-            raise ValueError(f"penalty_scaling must be 'relative' or 'paper'; got {self.penalty_scaling!r}")
+            raise ValueError(
+                f"penalty_scaling must be 'relative' or 'paper'; got {self.penalty_scaling!r}"
+            )
         if self.sparse_corruption not in (True, False):
-            raise ValueError(f"sparse_corruption must be True or False; got {self.sparse_corruption!r}")
+            raise ValueError(
+                f"sparse_corruption must be True or False; got {self.sparse_corruption!r}"
+            )
 
     def settings(self) -> FedEPSettings:
         """The numerical settings this estimator passes to the core."""
@@ -580,7 +586,13 @@ class OneShotPCA(BaseFederatedDetector):
     """
 
     def __init__(
-        self, n_components=5, *, sketch_rank=None, standardize=True, contamination=0.05, random_state=None
+        self,
+        n_components=5,
+        *,
+        sketch_rank=None,
+        standardize=True,
+        contamination=0.05,
+        random_state=None,
     ):
         self.n_components = n_components
         self.sketch_rank = sketch_rank

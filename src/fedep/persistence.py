@@ -90,7 +90,9 @@ def save_model(det, path) -> None:
     }
     path = Path(path)
     with open(path, "wb") as fh:
-        np.savez_compressed(fh, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        np.savez_compressed(
+            fh, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays
+        )
 
 
 def load_model(path):
@@ -119,25 +121,37 @@ def load_model(path):
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFileError(f"model file {path}: metadata is corrupt ({exc})") from None
     if meta.get("format") != FORMAT:
-        raise ModelFileError(f"model file {path} is not a fedep model (format {meta.get('format')!r})")
+        raise ModelFileError(
+            f"model file {path} is not a fedep model (format {meta.get('format')!r})"
+        )
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelFileError(
             f"model file {path} has format version {meta.get('format_version')!r}; "
             f"this fedep reads version {FORMAT_VERSION}"
         )
     cls = getattr(detectors, str(meta.get("class")), None)
-    if cls is None or not isinstance(cls, type) or not issubclass(cls, detectors.BaseFederatedDetector):
-        raise ModelFileError(f"model file {path} names an unknown detector class {meta.get('class')!r}")
+    if (
+        cls is None
+        or not isinstance(cls, type)
+        or not issubclass(cls, detectors.BaseFederatedDetector)
+    ):
+        raise ModelFileError(
+            f"model file {path} names an unknown detector class {meta.get('class')!r}"
+        )
     digests = meta.get("digests", {})
     for name in _ARRAYS:
         if name not in files:
             raise ModelFileError(f"model file {path} lacks the array {name!r}")
         if digests.get(name) != _digest(files[name]):
-            raise ModelFileError(f"model file {path}: checksum mismatch for {name!r} (corrupt or altered)")
+            raise ModelFileError(
+                f"model file {path}: checksum mismatch for {name!r} (corrupt or altered)"
+            )
     try:
         det = cls(**meta["params"])
     except TypeError as exc:
-        raise ModelFileError(f"model file {path}: parameters do not fit {cls.__name__} ({exc})") from None
+        raise ModelFileError(
+            f"model file {path}: parameters do not fit {cls.__name__} ({exc})"
+        ) from None
     sc = meta["scalars"]
     for name in _ARRAYS:
         setattr(det, name, files[name])

@@ -218,5 +218,7 @@ def ssn_direction(
         stalls[failed] += 1
     out = SSNResult(D=D, Lam=Lam, residual=res, n_iter=n_iter, converged=res <= tol)
     if single:
-        out = SSNResult(out.D[0], out.Lam[0], out.residual[0:1], out.n_iter[0:1], out.converged[0:1])
+        out = SSNResult(
+            out.D[0], out.Lam[0], out.residual[0:1], out.n_iter[0:1], out.converged[0:1]
+        )
     return out

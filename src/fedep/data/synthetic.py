@@ -136,7 +136,9 @@ def make_federated_data(
 
         Xi = draw(int(sizes[i]))
         mask = rng.random(Xi.shape) < corruption_rate
-        gross = corruption_scale * rng.uniform(0.5, 1.0, Xi.shape) * rng.choice([-1.0, 1.0], Xi.shape)
+        gross = (
+            corruption_scale * rng.uniform(0.5, 1.0, Xi.shape) * rng.choice([-1.0, 1.0], Xi.shape)
+        )
         Xcs.append(Xi)
         Xs.append(np.where(mask, Xi + gross, Xi))
         Ms.append(mask)

@@ -193,7 +193,9 @@ def _is_mostly_numeric(s: pd.Series) -> bool:
     nonempty = st[st != ""]
     if len(nonempty) == 0:
         return False
-    ok = pd.to_numeric(nonempty, errors="coerce").notna() | nonempty.str.lower().str.contains("nan")
+    ok = pd.to_numeric(nonempty, errors="coerce").notna() | nonempty.str.lower().isin(
+        ["nan", "+nan", "-nan"]
+    )
     return bool(ok.mean() > 0.5)
 
 

@@ -32,7 +32,9 @@ def validate_report(rep: RoundReport, n_features: int, n_components: int) -> Non
     for name in ("W", "Pi"):
         a = getattr(rep, name)
         if a.ndim != 3 or a.shape[1:] != (n_features, n_components):
-            raise ValueError(f"client payload {name} has shape {a.shape}, expected (k, {n_features}, {n_components})")
+            raise ValueError(
+                f"client payload {name} has shape {a.shape}, expected (k, {n_features}, {n_components})"
+            )
         if not np.isfinite(a).all():
             raise ValueError(f"client payload {name} holds NaN or inf")
     if not (np.isfinite(rep.nu).all() and (rep.nu > 0).all()):
