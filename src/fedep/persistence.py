@@ -86,6 +86,9 @@ def save_model(det, path) -> None:
             **{k: _jsonable(getattr(det, k)) for k in det._persist_scalars if hasattr(det, k)},
         },
         "history": getattr(det, "history_", None),
+        "feature_names_in_": (
+            [str(c) for c in det.feature_names_in_] if hasattr(det, "feature_names_in_") else None
+        ),
         "digests": {k: _digest(v) for k, v in arrays.items()},
     }
     path = Path(path)
@@ -164,6 +167,11 @@ def load_model(path):
             setattr(det, k, sc[k])
     if meta.get("history") is not None:
         det.history_ = meta["history"]
+    names = meta.get("feature_names_in_")
+    if names is not None:
+        if not isinstance(names, list) or len(names) != det.n_features_in_:
+            raise ModelFileError(f"model file {path}: feature names are inconsistent")
+        det.feature_names_in_ = np.asarray([str(c) for c in names], dtype=object)
     n, r = det.n_features_in_, det.components_.shape[0]
     d = det.clients_.shape[0]
     shapes_ok = (
