@@ -1,0 +1,33 @@
+"""FedEP / FedPG over Flower (1.42 Message API): one gateway = one Flower SuperNode.
+
+Three ways to run the same federation:
+
+- in-process (default, :func:`fedep.federation.inprocess.run_inprocess`);
+- Flower apps driven in this process (:func:`run_local`): the real
+  :data:`~fedep.federation.flower.server_app.app` and
+  :data:`~fedep.federation.flower.client_app.app`, messages through an in-memory grid;
+- a deployment: one SuperLink and N SuperNodes as separate processes
+  (:mod:`fedep.federation.flower.launch`), the run submitted with ``flwr run``.
+
+Every gateway loads its own records from its node configuration, sends only
+model-side quantities (moments, bases, duals, scalar metrics) and writes its
+personalised model file at the end. The server side is
+:func:`fedep.federation.server.server_round`, the client side
+:class:`fedep.core.fedep.FedEPCohort` / :class:`fedep.core.fedpg.FedPGCohort` holding
+one client: no second copy of the math.
+
+Importing this package needs ``flwr`` (``pip install fedep[flower]``).
+"""
+
+from fedep.federation.flower.local import FaultPlan, LocalGrid, run_local
+from fedep.federation.flower.protocol import DEFAULT_RUN_CONFIG, FlowerRunResult
+from fedep.federation.flower.server_app import run_federation
+
+__all__ = [
+    "DEFAULT_RUN_CONFIG",
+    "FaultPlan",
+    "FlowerRunResult",
+    "LocalGrid",
+    "run_federation",
+    "run_local",
+]
