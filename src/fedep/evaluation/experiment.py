@@ -185,7 +185,9 @@ def evaluate_detector(
     scores, quantile ``1 - target_fpr``), ``test_tuned`` (test metrics at the best-F1
     threshold ON THE TEST SET, as in the paper; for comparison only), ``val_roc_auc``,
     ``per_class`` (share flagged per test category at the honest threshold),
-    ``fit_time_s``, ``n_iter``, optionally ``roc`` (test ROC points) and
+    ``fit_time_s``, ``n_iter``, ``personalised`` (honest metrics when every record is
+    scored by its client's personalised basis, when the split gives test clients),
+    optionally ``roc`` (test ROC points) and
     ``importance`` (sum of |weights| per feature of the global basis).
     """
     t0 = time.perf_counter()
@@ -210,6 +212,11 @@ def evaluate_detector(
         "fit_wall_s": fit_wall,
         "n_iter": int(getattr(det, "n_iter_", 0)),
     }
+    if not personalised and sp.groups_test is not None and hasattr(det, "client_components_"):
+        pv = det.decision_function(sp.X_val, sp.groups_val)
+        pt = det.decision_function(sp.X_test, sp.groups_test)
+        pthr = threshold_from_validation(pv, sp.y_val, target_fpr)
+        out["personalised"] = detection_metrics(sp.y_test, pt, pthr)
     hist = getattr(det, "history_", None)
     if hist:
         out["time_per_round_s"] = float(np.mean([h["time_s"] for h in hist]))
