@@ -537,28 +537,122 @@ def _model_features(det, path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- score
-def _numeric_block(chunk, names, path, first_line):
-    """Feature columns of a string chunk as float64, with line-numbered errors."""
+#
+# Streaming design: the input is read as raw lines, ``--chunksize`` lines at a time.
+# Each block is parsed by pandas' C parser for the model's feature columns (and the
+# client column) only, and every original line is written back byte for byte with
+# ``,anomaly_score,is_anomaly,top_features`` appended. Memory is bounded by one block,
+# and the input's own columns keep their exact text (no float re-formatting, quoting
+# or dtype guessing). A quoted field spanning several lines is not supported (the
+# block's row count then differs from its line count, which is reported).
+
+
+def _parse_header(src: Path) -> tuple[list[str], bytes]:
+    """Column names and the raw header line (BOM and line end stripped)."""
+    import csv
+
+    from fedep.data import DataError
+
+    with open(src, "rb") as fh:
+        raw = fh.readline()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    raw = raw.rstrip(b"\r\n")
+    if not raw.strip():
+        raise DataError(src, "empty file (no header row)", line=1)
+    try:
+        names = next(csv.reader([raw.decode("utf-8")]))
+    except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
+        raise DataError(src, f"unreadable header row ({exc})", line=1) from None
+    names = [n.strip() for n in names]
+    seen: set[str] = set()
+    for n in names:
+        if n == "":
+            raise DataError(src, "empty column name in header", line=1)
+        if n in seen:
+            raise DataError(src, "duplicate column name in header", line=1, column=n)
+        seen.add(n)
+    return names, raw
+
+
+def _locate_bad_value(block: bytes, header, names, src, first_line):
+    """Re-parse a block as text to name the line and column of a bad feature value."""
+    import io
+
     import pandas as pd
 
     from fedep.data import DataError
 
-    X = np.empty((len(chunk), len(names)), dtype=np.float64)
-    for j, c in enumerate(names):
-        s = chunk[c]
-        v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    df = pd.read_csv(
+        io.BytesIO(block),
+        header=None,
+        names=header,
+        usecols=names,
+        dtype=str,
+        keep_default_na=False,
+        skip_blank_lines=False,
+    )
+    for c in names:
+        s = df[c].fillna("")
+        v = pd.to_numeric(s.str.strip(), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
         bad = ~np.isfinite(v)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raw = s.iloc[i]
-            what = (
-                "missing value"
-                if raw is None or (isinstance(raw, float) and math.isnan(raw)) or not str(raw)
-                else f"non-numeric or non-finite value {str(raw)!r}"
-            )
-            raise DataError(path, what, line=first_line + i, column=c)
-        X[:, j] = v
-    return X
+            raw = s.iloc[i].strip()
+            what = "missing value" if raw == "" else f"non-numeric or non-finite value {raw!r}"
+            raise DataError(src, what, line=first_line + i, column=c)
+    raise DataError(src, "cannot parse the feature columns", line=first_line)
+
+
+def _parse_block(block: bytes, n_lines, header, names, client, src, first_line):
+    """Feature matrix (and raw client ids) of ``n_lines`` CSV lines."""
+    import io
+
+    import pandas as pd
+
+    from fedep.data import DataError
+
+    usecols = list(names) + ([client] if client is not None and client not in names else [])
+    dtype = dict.fromkeys(names, np.float64)
+    if client is not None and client not in names:
+        dtype[client] = str
+    try:
+        df = pd.read_csv(
+            io.BytesIO(block),
+            header=None,
+            names=header,
+            usecols=usecols,
+            dtype=dtype,
+            skip_blank_lines=False,
+            na_filter=True,
+            keep_default_na=False,
+            na_values=[""],
+            engine="c",
+        )
+    except pd.errors.ParserError as exc:
+        msg = " ".join(str(exc).split())
+        import re
+
+        m = re.search(r"line (\d+)", msg)
+        line = first_line + int(m.group(1)) - 1 if m else None
+        msg = re.sub(r"^Error tokenizing data\. C error: ", "", msg)
+        msg = re.sub(r" in line \d+", "", msg)
+        raise DataError(src, f"malformed row: {msg}", line=line) from None
+    except (ValueError, TypeError):
+        _locate_bad_value(block, header, names, src, first_line)
+        raise  # pragma: no cover - _locate_bad_value always raises
+    if len(df) != n_lines:
+        raise DataError(
+            src,
+            f"{n_lines} lines parsed as {len(df)} rows (a quoted field spanning lines is "
+            "not supported by fedep score)",
+            line=first_line,
+        )
+    X = df[list(names)].to_numpy(dtype=np.float64)
+    if not np.isfinite(X).all():
+        _locate_bad_value(block, header, names, src, first_line)
+    ids = None if client is None else df[client]
+    return X, ids
 
 
 def _client_ids(series, det):
@@ -573,6 +667,7 @@ def _client_ids(series, det):
 
 
 def _top_features(contrib: np.ndarray, names: np.ndarray, k: int) -> list[str]:
+    """``"name:value;..."`` of the ``k`` largest entries of each row, largest first."""
     k = min(k, contrib.shape[1])
     if k == 0:
         return [""] * contrib.shape[0]
@@ -588,8 +683,32 @@ def _top_features(contrib: np.ndarray, names: np.ndarray, k: int) -> list[str]:
     ]
 
 
-def cmd_score(args) -> int:
+def _csv_field(text: str) -> str:
+    if any(ch in text for ch in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _score_block(det, X, groups, names, name_arr, k):
+    """Scores, 0/1 flags and top-feature strings of one block (library calls only)."""
     import pandas as pd
+
+    frame = pd.DataFrame(X, columns=names, copy=False)
+    if k > 0:
+        # One pass: contributions' rows sum to decision_function (documented).
+        contrib = det.feature_contributions(frame, groups)
+        scores = contrib.sum(axis=1)
+        tops = _top_features(contrib, name_arr, k)
+    else:
+        scores = det.decision_function(frame, groups)
+        tops = [""] * X.shape[0]
+    # predict()'s rule (score above the row's client threshold), without a second pass.
+    flags = (scores > det._thresholds(groups, X.shape[0])).astype(int)
+    return scores, flags, tops
+
+
+def cmd_score(args) -> int:
+    from itertools import islice
 
     from fedep.data import DataError
 
@@ -605,12 +724,7 @@ def cmd_score(args) -> int:
     det = _load_model(args.model)
     names = _model_features(det, args.model)
     name_arr = np.asarray(names, dtype=object)
-
-    try:
-        header = pd.read_csv(src, nrows=0, encoding="utf-8-sig").columns
-    except (pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DataError(src, f"cannot read the header row ({exc})", line=1) from None
-    header = [str(c) for c in header]
+    header, header_raw = _parse_header(src)
     missing = [c for c in names if c not in header]
     if missing:
         raise DataError(
@@ -620,13 +734,9 @@ def cmd_score(args) -> int:
             line=1,
             column=missing[0],
         )
-    if args.client_column is not None and args.client_column not in header:
-        raise DataError(
-            src,
-            f"client column {args.client_column!r} is not a column",
-            line=1,
-            column=args.client_column,
-        )
+    client = args.client_column
+    if client is not None and client not in header:
+        raise DataError(src, f"client column {client!r} is not a column", line=1, column=client)
     clash = [c for c in SCORE_COLUMNS if c in header]
     if clash:
         raise DataError(src, f"already has output column {clash[0]!r}", line=1, column=clash[0])
@@ -635,42 +745,43 @@ def cmd_score(args) -> int:
     n_rows = n_anom = 0
     t0 = time.perf_counter()
     try:
-        reader = pd.read_csv(
-            src,
-            dtype=str,
-            keep_default_na=False,
-            na_filter=False,
-            chunksize=args.chunksize,
-            encoding="utf-8-sig",
-        )
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            for chunk in reader:
-                first_line = n_rows + 2
-                X = _numeric_block(chunk, names, src, first_line)
-                frame = pd.DataFrame(X, columns=names, copy=False)
-                groups = None
-                if args.client_column is not None:
-                    groups = _client_ids(chunk[args.client_column], det)
-                scores = det.decision_function(frame, groups)
-                flags = det.predict(frame, groups)
-                out = chunk.copy()
-                out["anomaly_score"] = scores
-                out["is_anomaly"] = flags
-                if args.top_features > 0:
-                    contrib = det.feature_contributions(frame, groups)
-                    out["top_features"] = _top_features(contrib, name_arr, args.top_features)
-                else:
-                    out["top_features"] = ""
-                out.to_csv(fh, header=n_rows == 0, index=False, float_format="%.10g")
-                n_rows += len(chunk)
-                n_anom += int(flags.sum())
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            fin.readline()
+            fout.write(header_raw + b"," + ",".join(SCORE_COLUMNS).encode() + b"\n")
+            line_no = 2  # of the next line to read
+            pending_blank = 0
+            while True:
+                lines = list(islice(fin, args.chunksize))
+                if not lines:
+                    break
+                body = [ln.rstrip(b"\r\n") for ln in lines]
+                # Blank lines: fine at the end of the file, an error inside the data.
+                blank = [i for i, ln in enumerate(body) if not ln.strip()]
+                if blank:
+                    if any(body[i].strip() for i in range(blank[0], len(body))):
+                        raise DataError(src, "blank line inside the data", line=line_no + blank[0])
+                    pending_blank += len(body) - blank[0]
+                    body = body[: blank[0]]
+                elif pending_blank:
+                    raise DataError(src, "blank line inside the data", line=line_no - pending_blank)
+                if body:
+                    block = b"\n".join(body) + b"\n"
+                    X, ids = _parse_block(block, len(body), header, names, client, src, line_no)
+                    groups = None if ids is None else _client_ids(ids, det)
+                    scores, flags, tops = _score_block(
+                        det, X, groups, names, name_arr, args.top_features
+                    )
+                    tail = [
+                        f",{s:.10g},{f},{_csv_field(t)}\n".encode()
+                        for s, f, t in zip(scores.tolist(), flags.tolist(), tops, strict=True)
+                    ]
+                    fout.write(b"".join(b + t for b, t in zip(body, tail, strict=True)))
+                    n_rows += len(body)
+                    n_anom += int(flags.sum())
+                line_no += len(lines)
         if n_rows == 0:
             raise DataError(src, "file has a header but no data rows", line=2)
         os.replace(tmp, dst)
-    except pd.errors.ParserError as exc:
-        raise DataError(src, f"malformed CSV: {str(exc).strip()}") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(src, f"not UTF-8 text ({exc})") from None
     finally:
         if tmp.exists():
             tmp.unlink()
