@@ -106,12 +106,13 @@ def _finite_float(text: str) -> float:
 
 
 def _dataset_name(text: str) -> str:
-    key = text.lower().replace("_", "-")
-    if key not in DATASET_NAMES:
-        raise argparse.ArgumentTypeError(
-            f"unknown dataset {text!r} (choose from {', '.join(DATASET_NAMES)})"
-        )
-    return key
+    """Normalised dataset name; unknown names are reported by the command (one line)."""
+    return text.lower().replace("_", "-")
+
+
+def _check_dataset(name: str | None) -> None:
+    if name is not None and name not in DATASET_NAMES:
+        raise UsageError(f"unknown dataset {name!r} (choose from {', '.join(DATASET_NAMES)})")
 
 
 # --------------------------------------------------------------------------- parser
@@ -354,6 +355,7 @@ def _load_training(args, protocol: str | None, *, apply_protocol: bool = True) -
     from fedep.data import load_csv, load_dataset, make_client_split
 
     _check_client_options(args)
+    _check_dataset(args.dataset)
     if args.dataset is not None:
         ds = load_dataset(args.dataset, args.data_dir, feature_set=args.feature_set)
         clients = args.clients or 10
@@ -802,6 +804,7 @@ def _test_data(args, names):
 
     from fedep.data import DataError, load_csv, load_dataset
 
+    _check_dataset(args.dataset)
     if args.dataset is not None:
         if args.label_column or args.normal_label or args.category_column:
             raise UsageError("--label-column / --normal-label / --category-column apply to --test")
@@ -896,7 +899,10 @@ def cmd_evaluate(args) -> int:
     cols = ["detector", "acc", "pre", "rec", "fnr", "fpr", "f1", "roc_auc", "pr_auc"]
     print(format_metrics_table(rows, columns=cols))
     print()
-    print("per-class recall (model, training threshold):")
+    print(
+        "per-class detection rate (share flagged at the training threshold; "
+        "recall for attack classes, FPR for normal):"
+    )
     width = max((len(str(k)) for k in recall), default=5)
     for k, v in recall.items():
         print(f"  {str(k):<{width}}  {_fmt_recall(v)}")
@@ -916,6 +922,8 @@ def _fmt_recall(v) -> str:
 def cmd_reproduce(args) -> int:
     from fedep.evaluation.reproduce import run_reproduce
 
+    for name in args.datasets or ():
+        _check_dataset(name)
     out = run_reproduce(
         Path(args.out),
         quick=args.quick,
@@ -975,6 +983,13 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except (DataError, DatasetNotFoundError, ModelFileError, UsageError) as exc:
         _err(_one_line(exc))
+    except BrokenPipeError:  # output piped into `head` etc.: stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
     except FileNotFoundError as exc:
         _err(_one_line(exc) if str(exc) else f"file not found: {exc.filename}")
     except (ValueError, OSError) as exc:
