@@ -657,6 +657,34 @@ def _parse_block(block: bytes, n_lines, header, names, client, src, first_line):
     return X, ids
 
 
+def _check_field_counts(body: list[bytes], expected: int, src: Path, first_line: int) -> None:
+    """Every line must have as many fields as the header (pandas' C parser does not
+    check rows with extra fields when ``usecols`` is given)."""
+    import csv
+
+    from fedep.data import DataError
+
+    commas = expected - 1
+    for i, ln in enumerate(body):
+        if b'"' in ln:
+            try:
+                n = len(next(csv.reader([ln.decode("utf-8")])))
+            except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
+                raise DataError(src, f"unreadable row ({exc})", line=first_line + i) from None
+        elif ln.count(b",") == commas:
+            continue
+        else:
+            n = ln.count(b",") + 1
+        if n != expected:
+            text = ln.decode("utf-8", "replace")
+            snippet = text if len(text) <= 60 else text[:57] + "..."
+            raise DataError(
+                src,
+                f"malformed row: expected {expected} fields, found {n} ({snippet!r})",
+                line=first_line + i,
+            )
+
+
 def _client_ids(series, det):
     """Client column values in the dtype of the model's client ids."""
     import pandas as pd
@@ -767,6 +795,7 @@ def cmd_score(args) -> int:
                 elif pending_blank:
                     raise DataError(src, "blank line inside the data", line=line_no - pending_blank)
                 if body:
+                    _check_field_counts(body, len(header), src, line_no)
                     block = b"\n".join(body) + b"\n"
                     X, ids = _parse_block(block, len(body), header, names, client, src, line_no)
                     groups = None if ids is None else _client_ids(ids, det)
