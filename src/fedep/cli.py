@@ -696,45 +696,60 @@ def _client_ids(series, det):
     return series.fillna("").astype(str).str.strip().to_numpy(dtype=str)
 
 
-def _top_features(contrib: np.ndarray, names: np.ndarray, k: int) -> list[str]:
-    """``"name:value;..."`` of the ``k`` largest entries of each row, largest first."""
+def _top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column indices and values of the ``k`` largest entries of each row, largest first."""
     k = min(k, contrib.shape[1])
-    if k == 0:
-        return [""] * contrib.shape[0]
     idx = np.argpartition(-contrib, k - 1, axis=1)[:, :k]
     vals = np.take_along_axis(contrib, idx, axis=1)
     order = np.argsort(-vals, axis=1, kind="stable")
-    idx = np.take_along_axis(idx, order, axis=1)
-    vals = np.take_along_axis(vals, order, axis=1)
-    labels = names[idx]
-    return [
-        ";".join(f"{n}:{v:.4g}" for n, v in zip(ln, lv, strict=True))
-        for ln, lv in zip(labels.tolist(), vals.tolist(), strict=True)
-    ]
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
 
-def _csv_field(text: str) -> str:
-    if any(ch in text for ch in ',"\r\n'):
-        return '"' + text.replace('"', '""') + '"'
-    return text
+def _needs_quotes(text: str) -> bool:
+    return any(ch in text for ch in ',"\r\n')
 
 
-def _score_block(det, X, groups, names, name_arr, k):
-    """Scores, 0/1 flags and top-feature strings of one block (library calls only)."""
+class _TailFormatter:
+    """Formats ``,anomaly_score,is_anomaly,top_features`` for each row of a block.
+
+    ``top_features`` is ``"name:value;name:value;..."`` (largest contribution first,
+    values with 4 significant digits), quoted as a CSV field when a feature name needs
+    it. One ``%`` format per row keeps this fast.
+    """
+
+    def __init__(self, names: list[str], k: int) -> None:
+        self.k = min(k, len(names))
+        quote = any(_needs_quotes(n) for n in names)
+        self.names = np.asarray([n.replace('"', '""') if quote else n for n in names], object)
+        q = '"' if quote else ""
+        tops = ";".join(["%s:%.4g"] * self.k)
+        self.fmt = f",%.10g,%d,{q if self.k else ''}{tops}{q if self.k else ''}\n"
+
+    def __call__(self, scores, flags, idx=None, vals=None) -> list[bytes]:
+        cols = [scores.tolist(), flags.tolist()]
+        for j in range(self.k):
+            cols.append(self.names[idx[:, j]].tolist())
+            cols.append(vals[:, j].tolist())
+        fmt = self.fmt
+        return [(fmt % row).encode() for row in zip(*cols, strict=True)]
+
+
+def _score_block(det, X, groups, names, k):
+    """Scores, 0/1 flags and top-feature indices/values of one block."""
     import pandas as pd
 
     frame = pd.DataFrame(X, columns=names, copy=False)
+    idx = vals = None
     if k > 0:
         # One pass: contributions' rows sum to decision_function (documented).
         contrib = det.feature_contributions(frame, groups)
         scores = contrib.sum(axis=1)
-        tops = _top_features(contrib, name_arr, k)
+        idx, vals = _top_indices(contrib, k)
     else:
         scores = det.decision_function(frame, groups)
-        tops = [""] * X.shape[0]
     # predict()'s rule (score above the row's client threshold), without a second pass.
     flags = (scores > det._thresholds(groups, X.shape[0])).astype(int)
-    return scores, flags, tops
+    return scores, flags, idx, vals
 
 
 def cmd_score(args) -> int:
@@ -753,7 +768,8 @@ def cmd_score(args) -> int:
         raise UsageError("fedep score streams CSV files; convert Parquet input to CSV")
     det = _load_model(args.model)
     names = _model_features(det, args.model)
-    name_arr = np.asarray(names, dtype=object)
+    k = args.top_features
+    tail_fmt = _TailFormatter(names, k)
     header, header_raw = _parse_header(src)
     missing = [c for c in names if c not in header]
     if missing:
@@ -799,14 +815,11 @@ def cmd_score(args) -> int:
                     block = b"\n".join(body) + b"\n"
                     X, ids = _parse_block(block, len(body), header, names, client, src, line_no)
                     groups = None if ids is None else _client_ids(ids, det)
-                    scores, flags, tops = _score_block(
-                        det, X, groups, names, name_arr, args.top_features
+                    scores, flags, idx, vals = _score_block(det, X, groups, names, k)
+                    tails = tail_fmt(scores, flags, idx, vals)
+                    fout.write(
+                        b"".join([x for pair in zip(body, tails, strict=True) for x in pair])
                     )
-                    tail = [
-                        f",{s:.10g},{f},{_csv_field(t)}\n".encode()
-                        for s, f, t in zip(scores.tolist(), flags.tolist(), tops, strict=True)
-                    ]
-                    fout.write(b"".join(b + t for b, t in zip(body, tail, strict=True)))
                     n_rows += len(body)
                     n_anom += int(flags.sum())
                 line_no += len(lines)
