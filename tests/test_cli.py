@@ -326,3 +326,54 @@ def test_reproduce_calls_run_reproduce(tmp_path, monkeypatch, capsys):
     assert rc == 0
     assert calls == {"out_dir": tmp_path, "quick": True, "datasets": ["nsl-kdd"], "seeds": [1, 2]}
     assert "working" in capsys.readouterr().out
+
+
+def test_progress_bar_on_tty_and_plain_lines():
+    import io
+
+    from fedep._progress import RoundProgress
+
+    rec = {"objective": 1.5, "consensus_residual_rel": 0.01, "time_s": 0.002}
+    buf = io.StringIO()
+    bar = RoundProgress(3, "fedep", stream=buf, tty=True)
+    for r in (1, 2, 3):
+        bar(r, rec)
+    bar.close()
+    assert "3/3" in buf.getvalue() and "round" in buf.getvalue()
+    buf = io.StringIO()
+    plain = RoundProgress(3, "fedep", stream=buf, tty=False)
+    plain(1, rec)
+    plain(2, rec)
+    lines = buf.getvalue().splitlines()
+    assert lines == [
+        "fedep: round 1/3 obj=1.5 cons=0.01 (0.002 s)",
+        "fedep: round 2/3 obj=1.5 cons=0.01 (0.002 s)",
+    ]
+    quiet = io.StringIO()
+    RoundProgress(3, stream=quiet, enabled=False)(1, rec)
+    assert quiet.getvalue() == ""
+
+
+def test_score_with_integer_clients(files, tmp_path):
+    """A model whose clients come from --clients has integer ids; a numeric client
+    column picks each row's personalised basis, unknown values use the global one."""
+    model = tmp_path / "m.fedep"
+    args = ["fit", "--train", str(files.train), "--label-column", "label", "--quiet"]
+    assert main([*args, "--clients", "3", "--rank", "2", "--rounds", "5", "--out", str(model)]) == 0
+    det = fedep.load(model)
+    assert det.clients_.tolist() == [0, 1, 2]
+    src = pd.read_csv(files.test)
+    src["site"] = np.arange(len(src)) % 4  # 3 = unknown client
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.to_csv(inp, index=False)
+    args = ["score", "--model", str(model), "--input", str(inp), "--output", str(out)]
+    assert main([*args, "--client-column", "site", "--quiet"]) == 0
+    res = pd.read_csv(out)
+    groups = src["site"].to_numpy()
+    expected = det.decision_function(src[FEATURES], groups)
+    np.testing.assert_allclose(res["anomaly_score"], expected, rtol=1e-8)
+    unknown = groups == 3
+    np.testing.assert_allclose(
+        res["anomaly_score"][unknown], det.decision_function(src[FEATURES][unknown]), rtol=1e-8
+    )
+    assert not np.allclose(expected, det.decision_function(src[FEATURES]))

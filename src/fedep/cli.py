@@ -854,8 +854,8 @@ def _test_data(args, names):
         if list(ds.feature_names) != names:
             raise UsageError(
                 f"the model's {len(names)} features do not match {ds.name} with feature set "
-                f"{args.feature_set!r} ({len(ds.feature_names)} features); pass the "
-                "--feature-set the model was trained with"
+                f"{args.feature_set!r} ({len(ds.feature_names)} features); pass the dataset "
+                "and --feature-set the model was trained with"
             )
         X = pd.DataFrame(ds.X_test, columns=names, copy=False)
         return X, ds.y_test, np.asarray(ds.category_test).astype(str), f"{ds.name} test set"
