@@ -147,7 +147,12 @@ def _add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
 
 def _add_clients(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-column", help="column holding each row's client (gateway) id")
-    p.add_argument("--clients", type=_positive_int, metavar="D", help="number of clients")
+    p.add_argument(
+        "--clients",
+        type=_positive_int,
+        metavar="D",
+        help="number of clients (default for --dataset: 10)",
+    )
     p.add_argument(
         "--partition",
         choices=PARTITIONS,
