@@ -1,0 +1,30 @@
+"""Quick reproduce suite on the real datasets (about a minute on 2 cores)."""
+
+import json
+
+import pytest
+
+from fedep.evaluation.reproduce import run_reproduce
+
+
+@pytest.mark.realdata
+@pytest.mark.slow
+def test_quick_reproduce_on_real_data(real_data_dir, tmp_path):
+    report = run_reproduce(tmp_path, quick=True, data_dir=real_data_dir, log=lambda m: None)
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["data"]["source"] == "real"
+    assert res["data"]["datasets"] == ["nsl-kdd", "unsw-nb15", "ton-iot"]
+    text = report.read_text()
+    assert "No real dataset was found" not in text
+    for name in ("nsl-kdd", "unsw-nb15", "ton-iot"):
+        assert (tmp_path / "figures" / f"roc_{name}.png").is_file()
+        honest = {
+            e["method"]: e["mean"]
+            for e in res["main"]
+            if e["dataset"] == name and e["protocol"] == "clean" and e["threshold"] == "honest"
+        }
+        for m in ("FedEP", "FedPG", "PooledPCA"):
+            assert 0.6 < honest[m]["roc_auc"] <= 1.0, (name, m, honest[m]["roc_auc"])
+            # threshold from validation normals: FPR near the 5 % target
+            assert honest[m]["fpr"] < 0.25, (name, m, honest[m]["fpr"])
+    assert res["wall_time_s"] < 180
