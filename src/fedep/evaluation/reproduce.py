@@ -11,9 +11,10 @@ Writes, under ``out_dir``:
     ROC curves, accuracy/objective vs round, feature-importance butterflies,
     scalability.
 ``cells/*.json``
-    One cached result per experiment cell. Re-running with the same ``out_dir`` (and
-    the same mode) skips every cell whose file exists, so an interrupted run resumes.
-    Delete ``cells/`` to recompute.
+    One cached result per experiment cell, named by mode, a hash of the mode's
+    settings (seeds excluded: they are part of each cell's key) and the cell key.
+    Re-running with the same ``out_dir`` and settings skips every cell whose file
+    exists, so an interrupted run resumes. Delete ``cells/`` to recompute.
 
 Protocol. Each dataset's training rows are sorted by ``dst_bytes`` and cut into 20
 contiguous client chunks (the paper's non-IID split, see
