@@ -101,6 +101,7 @@ def exchange(
     failed: dict[int, str] = {}
     received: dict[int, int] = {}
     deadline = time.monotonic() + float(timeout)
+    poll = 0.01
     while pending:
         for rep in grid.pull_messages(list(pending)):
             mid = rep.metadata.reply_to_message_id
@@ -115,7 +116,9 @@ def exchange(
                 replies[nid] = rep
         if not pending or time.monotonic() >= deadline:
             break
-        time.sleep(0.02)
+        # Back off from 10 ms to 250 ms: every pull is a request to the SuperLink.
+        time.sleep(poll)
+        poll = min(0.25, poll * 1.5)
     for mid in pending:
         failed[id_to_node[mid]] = f"no reply within {timeout:g} s"
     return replies, failed, sent, received

@@ -1,0 +1,133 @@
+"""A real Flower deployment on loopback: 1 SuperLink + 3 SuperNodes as separate processes.
+
+Gateways load their own NSL-KDD partition (a small subsample of the normal training
+rows). Real-data tests are skipped when the data is missing, and fail when ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from fedep import load  # noqa: E402
+from fedep.core.stiefel import projector_distance  # noqa: E402
+from fedep.data import resolve_data_dir  # noqa: E402
+from fedep.data.files import KNOWN_FILES  # noqa: E402
+from fedep.detectors import FedEP  # noqa: E402
+from fedep.federation.flower.launch import LocalDeployment  # noqa: E402
+from fedep.federation.flower.protocol import load_gateway_data  # noqa: E402
+
+pytestmark = [pytest.mark.realdata, pytest.mark.slow]
+
+D, MAX_ROWS, R = 3, 1500, 4
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    root = resolve_data_dir()
+    missing = [r for r, (_, req) in KNOWN_FILES.items() if req and not (root / r).is_file()]
+    if missing:
+        msg = f"real datasets missing in {root}: {missing} (set FEDEP_DATA_DIR)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return root
+
+
+def _nodes(tmp, data_dir):
+    return [
+        {
+            "partition-id": i,
+            "num-partitions": D,
+            "dataset": "nsl-kdd",
+            "max-rows": MAX_ROWS,
+            "data-dir": str(data_dir),
+            "model-path": str(tmp / f"gateway-{i}.fedep"),
+        }
+        for i in range(D)
+    ]
+
+
+@pytest.fixture
+def deployment(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    dep = LocalDeployment(_nodes(tmp_path, data_dir), tmp_path)
+    try:
+        dep.start()
+        yield dep
+    finally:
+        dep.stop()
+        for name, p in dep.procs.items():
+            assert p.poll() is not None, f"{name} (pid {p.pid}) still running"
+
+
+def _inprocess(nodes, n_rounds):
+    Xs = [load_gateway_data(c)[0] for c in nodes]
+    X = np.vstack(Xs)
+    g = np.concatenate([np.full(len(x), i) for i, x in enumerate(Xs)])
+    det = FedEP(n_components=R, n_rounds=n_rounds, tol=0.0, random_state=0).fit(X, groups=g)
+    return det, Xs
+
+
+def test_deployment_fedep_real_data(deployment, tmp_path, data_dir):
+    rounds = 2
+    res = deployment.run(
+        {"n-components": R, "n-rounds": rounds, "tol": 0.0, "random-state": 0}, timeout=150
+    )
+    assert res.n_rounds == rounds and res.finalized == ["0", "1", "2"]
+    assert all(rec["participants"] == ["0", "1", "2"] for rec in res.history)
+    det, Xs = _inprocess(deployment.node_configs, rounds)
+    assert projector_distance(res.components.T, det.components_.T) <= 1e-8
+    for a, b in zip(det.history_, res.history, strict=True):
+        assert abs(a["objective"] - b["objective"]) <= 1e-8 * abs(a["objective"])
+    for i in range(D):
+        m = load(tmp_path / f"gateway-{i}.fedep")  # a model `fedep score` reads
+        assert m.components_.shape == (R, Xs[i].shape[1])
+        assert projector_distance(m.client_components_[0].T, det.client_components_[i].T) <= 1e-8
+        s = m.decision_function(Xs[i], groups=np.full(len(Xs[i]), i))
+        assert np.isfinite(s).all() and 0.0 < np.mean(m.predict(Xs[i])) < 0.2
+    # Latency: deployment round vs the same round in process; bytes per client.
+    dep_round = float(np.median([rec["time_s"] for rec in res.history]))
+    inp_round = float(np.median([rec["time_s"] for rec in det.history_]))
+    sent = res.history[-1]["bytes_sent"]["0"]
+    recv = res.history[-1]["bytes_received"]["0"]
+    report = {
+        "deployment_round_s": dep_round,
+        "inprocess_round_s": inp_round,
+        "bytes_sent_per_client_round": sent,
+        "bytes_received_per_client_round": recv,
+    }
+    (tmp_path / "latency.json").write_text(json.dumps(report))
+    print("\nflower deployment latency:", json.dumps(report))
+    assert dep_round > inp_round  # the network and the per-message ClientApp process cost
+
+
+def test_deployment_survives_a_killed_gateway(deployment, tmp_path):
+    killed = []
+
+    def kill_during_round_2():
+        if not killed and "fedep: round 1 objective" in deployment.log("flwr-run"):
+            deployment.kill("supernode-2", signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    rc = {"n-components": R, "n-rounds": 3, "tol": 0.0, "round-timeout-s": 20}
+    path = deployment.submit(rc)
+    res = deployment.wait_result(path, timeout=170, on_wait=kill_during_round_2)
+    assert killed, "round 1 never finished"
+    assert res.n_rounds == 3 and res.stop_reason == "max_rounds"
+    assert res.history[0]["participants"] == ["0", "1", "2"]
+    assert all(rec["participants"] == ["0", "1"] for rec in res.history[1:])
+    assert "2" in res.history[1]["failed"]
+    assert res.finalized == ["0", "1"]
+    assert (tmp_path / "gateway-0.fedep").exists()
+    assert not (tmp_path / "gateway-2.fedep").exists()
+    m = load(tmp_path / "gateway-1.fedep")
+    np.testing.assert_allclose(m.components_ @ m.components_.T, np.eye(R), atol=1e-10)
