@@ -1,0 +1,143 @@
+"""Per-round wall time, memory and time-to-quality of FedEP and FedPG.
+
+Run by hand (not a test)::
+
+    python benchmarks/bench_rounds.py --out benchmarks/results/rounds.json
+
+For d clients (sorted non-IID split of the NSL-KDD training set, 125,973 x 34, and of
+synthetic data of the same size) it measures, in one process and one run:
+
+- ``floor_s``: forming every client's Gram matrix ``X_i^T X_i`` once (a Python loop
+  over clients, the cheapest thing any Gram-based federated PCA must do per pass);
+- ``fedep_round_s`` / ``fedpg_round_s``: median wall time of a round (all clients,
+  server aggregation included), after the set-up round;
+- ``fedep_peak_ratio``: peak traced memory of FedEP's fit state over the bytes of the
+  training matrix (tracemalloc sees NumPy's allocations);
+- time to quality: rounds and seconds until the held-out ROC AUC (KDDTest+, used only
+  to monitor convergence here) is within 0.005 of its value at the last round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from fedep.core.fedep import FedEPCohort, FedEPSettings
+from fedep.core.fedpg import FedPGCohort, FedPGSettings
+from fedep.core.scoring import residual_energy
+from fedep.core.stiefel import polar, random_stiefel
+from fedep.data import load_dataset, partition_sorted
+from fedep.federation.server import server_round
+
+
+def _blocks(X, groups, d):
+    return [X[groups == i] for i in range(d)]
+
+
+def _floor(blocks, repeats=3):
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for b in blocks:
+            b.T @ b
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _rounds(cohort, method, V0, n_rounds, X_eval=None, y_eval=None):
+    V = V0
+    times, aucs = [], []
+    for _ in range(n_rounds):
+        t0 = time.perf_counter()
+        rep = cohort.local_round(V)
+        V, _rec = server_round(method, rep, V)
+        times.append(time.perf_counter() - t0)
+        if X_eval is not None:
+            aucs.append(roc_auc_score(y_eval, residual_energy(X_eval, polar(V))))
+    return times, aucs
+
+
+def _time_to_quality(times, aucs, eps=0.005):
+    final = aucs[-1]
+    for k, a in enumerate(aucs):
+        if all(abs(b - final) <= eps for b in aucs[k:]):
+            return k + 1, float(np.sum(times[: k + 1]))
+    return len(aucs), float(np.sum(times))
+
+
+def bench(X, groups_all, d, r, n_rounds, X_eval, y_eval, seed=0):
+    groups = groups_all[d]
+    blocks = _blocks(X, groups, d)
+    V0 = random_stiefel(X.shape[1], r, np.random.default_rng(seed))
+    out = {"n_clients": d, "floor_s": _floor(blocks)}
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    cohort = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings())
+    out["fedep_setup_s"] = time.perf_counter() - t0
+    times, aucs = _rounds(cohort, "fedep", V0, n_rounds, X_eval, y_eval)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    out["fedep_peak_ratio"] = peak / X.nbytes
+    out["fedep_round_s"] = float(np.median(times[1:]))
+    out["fedep_round_over_floor"] = out["fedep_round_s"] / out["floor_s"]
+    if X_eval is not None:
+        out["fedep_auc_final"] = aucs[-1]
+        out["fedep_rounds_to_quality"], out["fedep_seconds_to_quality"] = _time_to_quality(times, aucs)
+    del cohort
+    cohort = FedPGCohort(blocks, V0, FedPGSettings())
+    times, aucs = _rounds(cohort, "fedpg", V0, n_rounds, X_eval, y_eval)
+    out["fedpg_round_s"] = float(np.median(times[1:]))
+    out["fedpg_round_over_floor"] = out["fedpg_round_s"] / out["floor_s"]
+    if X_eval is not None:
+        out["fedpg_auc_final"] = aucs[-1]
+        out["fedpg_rounds_to_quality"], out["fedpg_seconds_to_quality"] = _time_to_quality(times, aucs)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="benchmarks/results/rounds.json")
+    p.add_argument("--clients", type=int, nargs="+", default=[20, 100, 200, 500])
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--rank", type=int, default=5)
+    p.add_argument("--data-dir", default=None)
+    a = p.parse_args(argv)
+    ds = load_dataset("nsl-kdd", a.data_dir)
+    mean, std = ds.X_train.mean(0), ds.X_train.std(0)
+    std[std == 0] = 1.0
+    X = (ds.X_train - mean) / std
+    Xt = (ds.X_test - mean) / std
+    key = ds.raw_train["dst_bytes"].to_numpy()
+    groups = {d: partition_sorted(key, d) for d in a.clients}
+    # Rows of a client must be contiguous for the floor to be a plain slice.
+    results = {"machine": platform.platform(), "numpy": np.__version__, "rank": a.rank,
+               "rounds": a.rounds, "nsl_kdd": [], "synthetic": []}
+    for d in a.clients:
+        order = np.argsort(groups[d], kind="stable")
+        res = bench(X[order], {d: groups[d][order]}, d, a.rank, a.rounds, Xt, ds.y_test)
+        results["nsl_kdd"].append(res)
+        print("nsl-kdd", json.dumps(res))
+    rng = np.random.default_rng(0)
+    n, r = X.shape[1], a.rank
+    B = np.linalg.qr(rng.standard_normal((n, r)))[0]
+    Xs = rng.standard_normal((X.shape[0], r)) * np.linspace(3, 1, r) @ B.T
+    Xs += 0.1 * rng.standard_normal(Xs.shape)
+    for d in a.clients:
+        g = np.repeat(np.arange(d), int(np.ceil(Xs.shape[0] / d)))[: Xs.shape[0]]
+        res = bench(Xs, {d: g}, d, a.rank, max(5, a.rounds // 3), None, None)
+        results["synthetic"].append(res)
+        print("synthetic", json.dumps(res))
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(results, indent=2))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

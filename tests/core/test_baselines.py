@@ -1,0 +1,79 @@
+"""Baselines and statistics against brute-force references."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
+from fedep.core.layout import make_groups
+from fedep.core.scoring import feature_contributions, residual_energy
+from fedep.core.stats import (
+    Moments,
+    client_moments,
+    combine_moments,
+    standardization_from_moments,
+)
+from fedep.core.stiefel import projector_distance
+
+
+def test_oneshot_with_full_sketch_equals_pooled_pca():
+    rng = np.random.default_rng(0)
+    blocks = [rng.standard_normal((m, 8)) * 0.7 ** np.arange(8) for m in (40, 90, 25)]
+    exact = oneshot_merge([client_sketch(b, 8) for b in blocks], 3)
+    assert projector_distance(exact, pooled_pca(np.vstack(blocks), 3)) <= 1e-10
+
+
+def test_local_pca_is_each_clients_svd():
+    rng = np.random.default_rng(1)
+    blocks = [rng.standard_normal((50, 6)) * rng.uniform(0.2, 2, 6) for _ in range(3)]
+    W = local_pca(np.stack([b.T @ b for b in blocks]), 2)
+    for b, w in zip(blocks, W, strict=True):
+        assert projector_distance(w, np.linalg.svd(b, full_matrices=False)[2][:2].T) <= 1e-10
+
+
+def test_scores_are_residual_energy_and_contributions_sum():
+    rng = np.random.default_rng(2)
+    B = np.linalg.qr(rng.standard_normal((7, 2)))[0]
+    X = rng.standard_normal((20, 7))
+    P = np.eye(7) - B @ B.T
+    brute = np.array([np.sum((P @ x) ** 2) for x in X])
+    assert np.allclose(residual_energy(X, B), brute)
+    assert np.allclose(feature_contributions(X, B).sum(1), brute)
+    assert np.allclose(residual_energy(X @ B @ B.T, B), 0, atol=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=12), st.integers(0, 1000))
+def test_federated_moments_equal_pooled(sizes, seed):
+    rng = np.random.default_rng(seed)
+    blocks = [rng.standard_normal((m, 4)) * 1e3 + 5e4 for m in sizes]
+    if sum(sizes) == 0:
+        return
+    pooled = np.vstack(blocks)
+    m = combine_moments(client_moments(b) for b in blocks)
+    assert m.count == pooled.shape[0]
+    assert np.allclose(m.mean, pooled.mean(0), rtol=1e-12, atol=0)
+    assert np.allclose(m.m2 / m.count, pooled.var(0), rtol=1e-10, atol=1e-12)
+    # Equivalent (count, sum, sumsq) form round-trips.
+    m2 = Moments.from_sums(m.count, m.sum, m.sumsq)
+    assert np.allclose(m2.mean, m.mean, rtol=1e-12)
+
+
+def test_constant_features_are_centred_not_divided():
+    X = np.column_stack([np.arange(10.0), np.full(10, 3.0)])
+    mean, scale, const = standardization_from_moments(client_moments(X))
+    assert const.tolist() == [False, True]
+    assert scale[1] == 1.0 and np.isfinite((X - mean) / scale).all()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=30), st.integers(1, 200))
+def test_groups_cover_every_client_once(sizes, max_rows):
+    blocks = [np.full((m, 2), float(i)) for i, m in enumerate(sizes)]
+    groups = make_groups(blocks, max_rows=max_rows)
+    seen = np.concatenate([g.clients for g in groups])
+    assert sorted(seen.tolist()) == list(range(len(sizes)))
+    for g in groups:
+        for j, c in enumerate(g.clients):
+            assert np.all(g.X[j, : g.lengths[j]] == c)
+            assert np.all(g.X[j, g.lengths[j] :] == 0)
