@@ -104,7 +104,7 @@ class BaseFederatedDetector(BaseEstimator):
         r = self.n_components
         small = np.flatnonzero(counts < max(r, 2))
         if small.size:
-            c = labels[small[0]]
+            c = labels[small[0]].tolist()
             raise ValueError(
                 f"client {c!r} has {counts[small[0]]} rows; every client needs at least "
                 f"max(n_components, 2) = {max(r, 2)} rows"

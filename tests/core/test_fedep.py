@@ -88,8 +88,12 @@ def test_case_one_on_one_client_is_svd():
 @pytest.fixture(scope="module")
 def federation():
     return make_federated_data(
-        n_clients=20, n_features=30, n_components=5, n_samples=(100, 300),
-        corruption_rate=0.05, random_state=7,
+        n_clients=20,
+        n_features=30,
+        n_components=5,
+        n_samples=(100, 300),
+        corruption_rate=0.05,
+        random_state=7,
     )
 
 

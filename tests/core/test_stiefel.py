@@ -100,6 +100,7 @@ def test_prox_l21_optimality(nr, seed, tau):
     assert np.allclose(P[rows <= tau], 0)
     keep = rows > tau
     assert np.allclose(np.linalg.norm(P[keep], axis=1), rows[keep] - tau, atol=1e-12)
+
     # Optimality: objective below random perturbations.
     def obj(Y):
         return tau * l21_norm(Y) + 0.5 * np.sum((Y - B) ** 2)

@@ -1,0 +1,228 @@
+"""Detector API: scikit-learn / PyOD conventions, bad input, model files."""
+
+import json
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import fedep
+from fedep import ABLATION_CASES, FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
+from fedep.data import make_federated_data
+from fedep.persistence import ModelFileError
+
+ALL = [FedEP, FedPG, PooledPCA, LocalPCA, OneShotPCA]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_federated_data(
+        n_clients=8, n_features=12, n_components=3, n_samples=(40, 90), random_state=3
+    )
+
+
+def _small(cls, **kw):
+    if cls in (FedEP, FedPG):
+        kw.setdefault("n_rounds", 30)
+        kw.setdefault("tol", 0)
+    return cls(n_components=3, random_state=0, **kw)
+
+
+@parametrize_with_checks(
+    [
+        FedEP(n_components=1, n_rounds=5, tol=0),
+        FedPG(n_components=1, n_rounds=5, tol=0),
+        PooledPCA(n_components=1),
+        LocalPCA(n_components=1),
+        OneShotPCA(n_components=1),
+    ]
+)
+def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_fitted_attributes_and_conventions(cls, data):
+    det = _small(cls)
+    assert det.fit(data.X_train, groups=data.groups_train) is det
+    r, n = 3, data.X_train.shape[1]
+    assert det.components_.shape == (r, n)
+    assert np.allclose(det.components_ @ det.components_.T, np.eye(r), atol=1e-10)
+    assert det.client_components_.shape == (8, r, n)
+    assert det.n_features_in_ == n
+    assert det.decision_scores_.shape == (data.X_train.shape[0],)
+    # threshold_ comes from the training scores (1 - contamination quantile).
+    assert det.threshold_ == pytest.approx(np.quantile(det.decision_scores_, 0.95))
+    assert abs(det.labels_.mean() - 0.05) < 0.02
+    s = det.decision_function(data.X_test)
+    assert s.shape == (data.X_test.shape[0],) and np.all(s >= 0)
+    assert set(np.unique(det.predict(data.X_test))) <= {0, 1}
+    assert np.allclose(det.score_samples(data.X_test), -s)
+    assert np.allclose(det.feature_contributions(data.X_test).sum(1), s)
+    # Higher = more anomalous: planted anomalies score higher on average.
+    assert s[data.y_test == 1].mean() > s[data.y_test == 0].mean()
+
+
+def test_personalised_scoring_uses_client_bases(data):
+    det = _small(FedEP).fit(data.X_train, groups=data.groups_train)
+    g = data.groups_test
+    personal = det.decision_function(data.X_test, groups=g)
+    Z = (data.X_test - det.mean_) / det.scale_
+    for c in range(8):
+        rows = g == c
+        B = det.client_components_[c].T
+        R = Z[rows] - Z[rows] @ B @ B.T
+        assert np.allclose(personal[rows], (R**2).sum(1))
+    unknown = det.decision_function(data.X_test[:5], groups=np.full(5, 99))
+    assert np.allclose(unknown, det.decision_function(data.X_test[:5]))
+    pred = det.predict(data.X_test, groups=g)
+    assert np.array_equal(pred, (personal > det.client_thresholds_[g]).astype(int))
+
+
+def test_randomness_only_through_random_state(data):
+    a = _small(FedEP).fit(data.X_train, groups=data.groups_train)
+    b = _small(FedEP).fit(data.X_train, groups=data.groups_train)
+    assert np.array_equal(a.components_, b.components_)
+    c = FedEP(n_components=3, random_state=1, n_rounds=30, tol=0)
+    c.fit(data.X_train, groups=data.groups_train)
+    assert not np.array_equal(a.components_, c.components_)
+
+
+def test_params_stored_untouched_and_clone():
+    det = FedEP(alpha=2.5, beta=0.0, n_rounds=7)
+    assert det.get_params()["alpha"] == 2.5
+    assert clone(det).get_params() == det.get_params()
+
+
+def test_pipeline(data):
+    pipe = make_pipeline(StandardScaler(), _small(FedEP))
+    pipe.fit(data.X_train, fedep__groups=data.groups_train)
+    assert pipe.decision_function(data.X_test).shape == (data.X_test.shape[0],)
+
+
+def test_ablation_cases_are_parameters(data):
+    for case, params in ABLATION_CASES.items():
+        det = _small(FedEP, **params).fit(data.X_train, groups=data.groups_train)
+        assert det.n_iter_ >= 1, case
+    case1 = _small(FedEP, **ABLATION_CASES["I"])
+    assert case1.get_params()["sparse_corruption"] is False
+    assert case1.get_params()["beta"] == 0.0
+
+
+def test_history_and_stop_reason(data):
+    det = FedEP(n_components=3, n_rounds=3, tol=1e-12, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="n_rounds=3"):
+        det.fit(data.X_train, groups=data.groups_train)
+    assert det.stop_reason_ == "max_rounds" and det.n_iter_ == 3
+    keys = {
+        "objective",
+        "augmented_lagrangian",
+        "consensus_residual_rel",
+        "data_residual_rel",
+        "ssn_iter",
+        "time_s",
+        "round",
+    }
+    assert keys <= set(det.history_[0])
+    ok = FedEP(n_components=3, n_rounds=500, tol=1e-4, random_state=0)
+    ok.fit(data.X_train, groups=data.groups_train)
+    assert ok.stop_reason_ == "converged" and ok.n_iter_ < 500
+
+
+def test_federated_standardisation_equals_pooled(data):
+    det = _small(PooledPCA).fit(data.X_train, groups=data.groups_train)
+    assert np.allclose(det.mean_, data.X_train.mean(0), rtol=1e-12)
+    assert np.allclose(det.scale_, data.X_train.std(0), rtol=1e-12)
+    raw = _small(PooledPCA, standardize=False).fit(data.X_train, groups=data.groups_train)
+    assert np.all(raw.scale_ == 1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, X_fn, match",
+    [
+        ({}, lambda X: np.where(np.arange(X.size).reshape(X.shape) == 5, np.nan, X), "NaN"),
+        ({}, lambda X: np.where(np.arange(X.size).reshape(X.shape) == 5, np.inf, X), "infinity"),
+        ({}, lambda X: X[:, 0], "2D array"),
+        ({}, lambda X: X[:0], "0 sample"),
+        ({"n_components": 13}, lambda X: X, "n_components=13"),
+        ({"alpha": -1.0}, lambda X: X, "alpha"),
+        ({"beta": -0.1}, lambda X: X, "beta"),
+        ({"nu": 0.0}, lambda X: X, "nu"),
+        ({"mu": -2}, lambda X: X, "mu"),
+        ({"contamination": 0.9}, lambda X: X, "contamination"),
+        ({"n_rounds": 0}, lambda X: X, "n_rounds"),
+    ],
+)
+def test_bad_input_names_the_problem(data, kwargs, X_fn, match):
+    det = FedEP(**{"n_components": 3, **kwargs})
+    X = X_fn(data.X_train.copy())
+    groups = data.groups_train if X.ndim == 2 and X.shape[0] == data.X_train.shape[0] else None
+    with pytest.raises(ValueError, match=match):
+        det.fit(X, groups=groups)
+
+
+def test_bad_groups(data):
+    with pytest.raises(ValueError, match="groups must be 1-D"):
+        FedEP(n_components=3).fit(data.X_train, groups=data.groups_train[:-1])
+    g = data.groups_train.copy()
+    g[:2] = 77  # client 77 with two rows < n_components = 3
+    with pytest.raises(ValueError, match="client 77 has 2 rows"):
+        FedEP(n_components=3).fit(data.X_train, groups=g)
+    det = _small(PooledPCA).fit(data.X_train, groups=data.groups_train)
+    with pytest.raises(ValueError, match="features"):
+        det.decision_function(data.X_test[:, :5])
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_save_load_round_trip(cls, data, tmp_path):
+    det = _small(cls).fit(data.X_train, groups=data.groups_train)
+    path = tmp_path / "m.fedep"
+    det.save(path)
+    back = fedep.load(path)
+    assert type(back) is cls
+    assert back.get_params() == det.get_params()
+    for g in (None, data.groups_test):
+        assert np.array_equal(
+            back.decision_function(data.X_test, g), det.decision_function(data.X_test, g)
+        )
+        assert np.array_equal(back.predict(data.X_test, g), det.predict(data.X_test, g))
+    with zipfile.ZipFile(path) as z:
+        assert all(name.endswith(".npy") for name in z.namelist())
+
+
+def test_corrupt_and_tampered_model_files(data, tmp_path):
+    det = _small(PooledPCA).fit(data.X_train, groups=data.groups_train)
+    path = tmp_path / "m.fedep"
+    det.save(path)
+    raw = path.read_bytes()
+    (tmp_path / "trunc.fedep").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ModelFileError, match="trunc.fedep"):
+        fedep.load(tmp_path / "trunc.fedep")
+    with pytest.raises(ModelFileError, match="does not exist"):
+        fedep.load(tmp_path / "nope.fedep")
+    # Tamper: change one component value but keep the old digest.
+    with np.load(path, allow_pickle=False) as z:
+        files = {k: z[k] for k in z.files}
+    files["components_"] = files["components_"] + 1e-3
+    np.savez(tmp_path / "tampered.fedep", **files)
+    (tmp_path / "tampered.fedep.npz").rename(tmp_path / "tampered.fedep")
+    with pytest.raises(ModelFileError, match="checksum mismatch"):
+        fedep.load(tmp_path / "tampered.fedep")
+    meta = json.loads(files["__meta__"].tobytes())
+    meta["format_version"] = 99
+    files["components_"] -= 1e-3
+    files["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(tmp_path / "future.npz", **files)
+    with pytest.raises(ModelFileError, match="format version 99"):
+        fedep.load(tmp_path / "future.npz")
+    (tmp_path / "junk.fedep").write_bytes(b"not a model")
+    with pytest.raises(ModelFileError):
+        fedep.load(tmp_path / "junk.fedep")
