@@ -75,12 +75,13 @@ class FedEPSettings:
     alpha: float = 1.0
     mu: float = 1.0
     use_sparse: bool = True
-    inner_max_iter: int = 10
+    inner_max_iter: int = 2
     inner_tol: float = 1e-8
     ssn_tol: float = 1e-10
     ssn_max_iter: int = 30
     retraction: str = "polar"
-    max_group_rows: int = 16384
+    max_group_rows: int = 1 << 20
+    chunk_rows: int = 4096
     penalty_scaling: str = "relative"
 
 
@@ -144,13 +145,18 @@ class FedEPCohort:
         self.Pi = np.zeros_like(self.W)
         self.Lam_ssn = np.zeros((self.d, self.r, self.r))
         self.groups: list[ClientGroup] = make_groups(blocks, max_rows=settings.max_group_rows)
+        self._buffers: dict[int, np.ndarray] = {}
         self.G = np.empty((self.d, self.n, self.n))
         for g in self.groups:
             self.G[g.clients] = np.swapaxes(g.X, 1, 2) @ g.X
         self.trX = np.einsum("dii->d", self.G).copy()
+        evals, evecs = np.linalg.eigh(self.G)
+        # Largest Gram eigenvalue and its vector, refreshed by power steps as G moves.
+        self.lmax = np.maximum(evals[:, -1], 1e-12)
+        self._top = evecs[:, :, -1].copy()
         if settings.penalty_scaling == "relative":
             self.beta = float(beta) * self.sizes
-            self.nu = float(nu) * np.maximum(np.linalg.eigvalsh(self.G)[:, -1], 1e-12)
+            self.nu = float(nu) * self.lmax
         else:
             self.beta = np.full(self.d, float(beta))
             self.nu = np.full(self.d, float(nu))
@@ -208,6 +214,7 @@ class FedEPCohort:
             self.beta[idx],
             self.nu[idx],
             self.Lam_ssn[idx],
+            t=1.0 / (2.0 * self.lmax[idx] + self.nu[idx]),
             max_iter=s.inner_max_iter,
             tol=s.inner_tol,
             ssn_tol=s.ssn_tol,
@@ -224,6 +231,7 @@ class FedEPCohort:
         if s.use_sparse:
             dm = self._data_step(idx)
             metrics.update({k: v[idx] for k, v in dm.items()})
+            self._refresh_lmax(idx)
         else:
             GW = self.G[idx] @ res.W
             fit = self.trX[idx] - np.einsum("dij,dij->d", res.W, GW)
@@ -239,61 +247,106 @@ class FedEPCohort:
         metrics["grad_scale"] = np.linalg.norm(self.G[idx] @ res.W, axis=(-2, -1))
         return RoundReport(W=res.W.copy(), Pi=self.Pi[idx].copy(), nu=self.nu[idx], metrics=metrics)
 
+    def _refresh_lmax(self, idx: np.ndarray, steps: int = 2) -> None:
+        """Power steps from the previous top eigenvector (G changes little per round).
+
+        The Rayleigh quotient is a lower bound of ||G||_2, so the ManPG step may be a
+        little long; its Armijo backtracking keeps every W-step a descent step.
+        """
+        v = self._top[idx]
+        G = self.G[idx]
+        for _ in range(steps):
+            v = (G @ v[..., None])[..., 0]
+            v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-300)
+        self._top[idx] = v
+        self.lmax[idx] = np.maximum(np.einsum("di,di->d", v, (G @ v[..., None])[..., 0]), 1e-12)
+
     def _data_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         want = np.zeros(self.d, dtype=bool)
         want[idx] = True
         keys = ("fit", "l1", "lam_terms", "data_residual", "projection")
         out = {k: np.zeros(self.d) for k in keys}
+        chunk = max(1, self.settings.chunk_rows)
         for g in self.groups:
             sel = want[g.clients]
             if not sel.any():
                 continue
-            full = bool(sel.all())
-            j = slice(None) if full else np.flatnonzero(sel)
-            cl = g.clients[j]
-            W = self.W[cl]
-            k, m = W.shape[0], g.X.shape[1]
+            k, m = g.X.shape[0], g.X.shape[1]
             G = np.zeros((k, self.n, self.n))
             acc = np.zeros((4, k))
-            # Row chunks bound the temporaries of a very large client.
-            step = max(1, self.settings.max_group_rows // k)
-            for r0 in range(0, m, step):
-                rows = slice(r0, min(m, r0 + step))
-                if full:
-                    blk = (g.X[:, rows], g.S[:, rows], g.U[:, rows], g.A[:, rows])
-                else:
-                    blk = tuple(a[j, rows] for a in (g.X, g.S, g.U, g.A))
-                acc += self._block(*blk, W, G)
-                if not full:
-                    g.S[j, rows], g.U[j, rows], g.A[j, rows] = blk[1], blk[2], blk[3]
+            # Runs of consecutive participating clients, cut into cache-sized chunks
+            # of about `chunk_rows` rows: every slice is a view, updated in place.
+            runs = np.flatnonzero(np.diff(np.concatenate([[0], sel.astype(np.int8), [0]])))
+            kb = max(1, chunk // m)
+            rb = m if kb > 1 else min(m, chunk)
+            for a, b in zip(runs[::2], runs[1::2], strict=True):
+                for k0 in range(a, b, kb):
+                    ks = slice(k0, min(b, k0 + kb))
+                    W = self.W[g.clients[ks]]
+                    for r0 in range(0, m, rb):
+                        rows = slice(r0, min(m, r0 + rb))
+                        acc[:, ks] += self._block(
+                            g.X[ks, rows], g.S[ks, rows], g.U[ks, rows], g.A[ks, rows], W, G[ks]
+                        )
+            cl = g.clients[sel]
+            G = G[sel]
+            W = self.W[cl]
             self.G[cl] = G
-            out["fit"][cl], out["l1"][cl], out["lam_terms"][cl], r2 = acc
+            out["fit"][cl], out["l1"][cl], out["lam_terms"][cl], r2 = acc[:, sel]
             out["data_residual"][cl] = np.sqrt(r2)
             out["projection"][cl] = np.einsum("kii->k", G) - np.einsum("kij,kij->k", W, G @ W)
         return out
 
+    def _scratch(self, shape: tuple[int, ...], i: int) -> np.ndarray:
+        """Reusable work buffers, so the hot loop never allocates large arrays."""
+        size = int(np.prod(shape))
+        buf = self._buffers.get(i)
+        if buf is None or buf.size < size:
+            buf = self._buffers[i] = np.empty(max(size, 1))
+        return buf[:size].reshape(shape)
+
     def _block(self, X, S, U, A, W, G) -> np.ndarray:
-        """S-, U- and Lam-steps on a (k, rows, n) block, in place; adds U^T U to G."""
+        """S-, U- and Lam-steps on a (k, rows, n) block, in place; adds U^T U to G.
+
+        Returns the per-client sums (fit, l1, Lagrangian terms, ||R||^2), shape (4, k).
+        """
         s = self.settings
         mu, thr = s.mu, s.alpha / s.mu
         Wt = np.swapaxes(W, 1, 2)
+        T1 = self._scratch(X.shape, 0)
+        T2 = self._scratch(X.shape, 1)
         # S-step: soft threshold of M = X - U + A at alpha/mu.
-        np.subtract(X, U, out=S)
-        S += A
-        tmp = np.clip(S, -thr, thr)
-        S -= tmp
-        np.subtract(X, S, out=tmp)  # X - S
-        TW = tmp @ W
-        fit = np.einsum("kij,kij->k", tmp, tmp) - np.einsum("kij,kij->k", TW, TW)
-        tmp += A  # Y = X - S + A
+        np.subtract(X, U, out=T1)
+        T1 += A
+        np.clip(T1, -thr, thr, out=S)
+        np.subtract(T1, S, out=S)
+        np.subtract(X, S, out=T1)  # X - S
+        TW = T1 @ W
+        fit = _rowdot(T1, T1) - _rowdot(TW, TW)
+        T1 += A  # Y = X - S + A
         # U-step: U = (mu Y + 2 Y W W^T)/(mu + 2) = Y - A_new, A_new = 2/(mu+2) (I - P) Y.
-        Q = tmp - (tmp @ W) @ Wt
-        Q *= 2.0 / (mu + 2.0)
-        R = np.subtract(Q, A)  # X - S - U_new: the dual step A <- A + R
-        r2 = np.einsum("kij,kij->k", R, R)
-        lam = mu * np.einsum("kij,kij->k", Q, R) + 0.5 * mu * r2
-        A[...] = Q
-        np.subtract(tmp, Q, out=U)
+        np.matmul(T1 @ W, Wt, out=T2)
+        np.subtract(T1, T2, out=T2)
+        T2 *= 2.0 / (mu + 2.0)  # A_new
+        np.subtract(A, T2, out=A)  # -R, R = X - S - U_new (the dual step A <- A + R)
+        r2 = _rowdot(A, A)
+        lam = -mu * _rowdot(T2, A) + 0.5 * mu * r2
+        np.subtract(T1, T2, out=U)
+        A[...] = T2
         G += np.swapaxes(U, 1, 2) @ U
-        l1 = s.alpha * np.abs(S).sum(axis=(1, 2))
+        np.abs(S, out=T1)
+        l1 = s.alpha * T1.sum(axis=(1, 2))
         return np.stack([fit, l1, lam, r2])
+
+
+def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sum(a * b)`` per leading index, without a temporary of the full size."""
+    k = a.shape[0]
+    if a.flags.c_contiguous and b.flags.c_contiguous:
+        return (a.reshape(k, 1, -1) @ b.reshape(k, -1, 1)).ravel()
+    return np.array(
+        [
+            np.vdot(a[i].ravel(), b[i].ravel()) if a[i].flags.c_contiguous else np.sum(a[i] * b[i])
+            for i in range(k)
+        ]
+    )

@@ -106,21 +106,23 @@ def _jacobian(W, B, t, tau):
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where(active, tau[:, None] / nrm, 0.0)
     a = np.where(active, 1.0 - c, 0.0)
-    # Term 1: A H + H A with A = W^T diag(a) W.
+    # Term 1: A H + H A with A = W^T diag(a) W, for the basis E_p = e_i e_j^T + e_j e_i^T
+    # (e_i e_i^T when i == j): entry (a, b) of A E_p + E_p A, gathered for all (q, p).
     A = _T(W) @ (a[..., None] * W)  # (d, r, r)
-    # For basis E_p (vech p = (i, j)): (A E_p + E_p A)_{kl}; assemble directly.
-    # Basis E_p = e_i e_j^T + e_j e_i^T (i < j) and e_i e_i^T (i == j) of symmetric H.
-    Eb = np.zeros((m, r, r))
-    Eb[np.arange(m), ia, ib] = 1.0
-    Eb[np.arange(m), ib, ia] = 1.0
-    AEb = np.einsum("dkl,plm->dpkm", A, Eb)
-    T1 = AEb + np.swapaxes(AEb, -1, -2)  # (d, m, r, r): A E_p + E_p A
-    J1 = _T(T1[..., ia, ib])  # (d, m_out, m_in)
+    qa, qb = ia[:, None], ib[:, None]
+    pi, pj = ia[None, :], ib[None, :]
+    J1 = (
+        A[:, qa, pi] * (pj == qb)
+        + A[:, qa, pj] * (pi == qb)
+        + A[:, pj, qb] * (qa == pi)
+        + A[:, pi, qb] * (qa == pj)
+    )
+    J1 *= np.where(ia == ib, 0.5, 1.0)[None, None, :]
     # Term 2: sum_j c_j (symQ_j : H) vech(2 symQ_j), Q_j = w_j^T bhat_j.
     with np.errstate(divide="ignore", invalid="ignore"):
         Bh = np.where(active[..., None], B / nrm[..., None], 0.0)
     u = 0.5 * (W[..., ia] * Bh[..., ib] + W[..., ib] * Bh[..., ia])  # (d, n, m)
-    J2 = 2.0 * np.einsum("dj,dja,djb->dab", c, u, u * wgt)
+    J2 = 2.0 * (np.swapaxes(u, 1, 2) * c[:, None, :]) @ (u * wgt)
     return t[:, None, None] * (J1 + J2)
 
 
