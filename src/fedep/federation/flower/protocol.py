@@ -29,6 +29,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from fedep.core.fedep import FedEPSettings
+
 __all__ = [
     "DEFAULT_RUN_CONFIG",
     "FlowerRunResult",
@@ -48,7 +50,7 @@ DEFAULT_RUN_CONFIG: dict[str, Any] = {
     "nu": 1.0,
     "sparse-corruption": True,
     "penalty-scaling": "relative",
-    "inner-max-iter": 10,
+    "inner-max-iter": FedEPSettings.inner_max_iter,  # same default as FedEP()
     "lr": 0.0,  # FedPG: 0 means the per-client default step
     "rho": 0.01,
     "local-epochs": 30,
