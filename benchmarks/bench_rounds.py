@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
+from threadpoolctl import threadpool_limits
 
 from fedep.core.fedep import FedEPCohort, FedEPSettings
 from fedep.core.fedpg import FedPGCohort, FedPGSettings
@@ -41,13 +42,16 @@ def _blocks(X, groups, d):
     return [X[groups == i] for i in range(d)]
 
 
-def _floor(blocks, repeats=3):
+def _floor(blocks, repeats=3, threads=1):
+    # Same BLAS thread policy as the cohorts (one thread), so the ratio compares
+    # like with like; run with --floor-threads 0 to let BLAS pick.
     best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for b in blocks:
-            b.T @ b
-        best = min(best, time.perf_counter() - t0)
+    with threadpool_limits(limits=threads or None, user_api="blas"):
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for b in blocks:
+                b.T @ b
+            best = min(best, time.perf_counter() - t0)
     return best
 
 
@@ -76,7 +80,11 @@ def bench(X, groups_all, d, r, n_rounds, X_eval, y_eval, seed=0):
     groups = groups_all[d]
     blocks = _blocks(X, groups, d)
     V0 = random_stiefel(X.shape[1], r, np.random.default_rng(seed))
-    out = {"n_clients": d, "floor_s": _floor(blocks)}
+    out = {
+        "n_clients": d,
+        "floor_s": _floor(blocks),
+        "floor_blas_default_s": _floor(blocks, threads=0),
+    }
     tracemalloc.start()
     t0 = time.perf_counter()
     cohort = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings())
@@ -89,7 +97,9 @@ def bench(X, groups_all, d, r, n_rounds, X_eval, y_eval, seed=0):
     out["fedep_round_over_floor"] = out["fedep_round_s"] / out["floor_s"]
     if X_eval is not None:
         out["fedep_auc_final"] = aucs[-1]
-        out["fedep_rounds_to_quality"], out["fedep_seconds_to_quality"] = _time_to_quality(times, aucs)
+        out["fedep_rounds_to_quality"], out["fedep_seconds_to_quality"] = _time_to_quality(
+            times, aucs
+        )
     del cohort
     cohort = FedPGCohort(blocks, V0, FedPGSettings())
     times, aucs = _rounds(cohort, "fedpg", V0, n_rounds, X_eval, y_eval)
@@ -97,7 +107,9 @@ def bench(X, groups_all, d, r, n_rounds, X_eval, y_eval, seed=0):
     out["fedpg_round_over_floor"] = out["fedpg_round_s"] / out["floor_s"]
     if X_eval is not None:
         out["fedpg_auc_final"] = aucs[-1]
-        out["fedpg_rounds_to_quality"], out["fedpg_seconds_to_quality"] = _time_to_quality(times, aucs)
+        out["fedpg_rounds_to_quality"], out["fedpg_seconds_to_quality"] = _time_to_quality(
+            times, aucs
+        )
     return out
 
 
@@ -117,8 +129,14 @@ def main(argv=None):
     key = ds.raw_train["dst_bytes"].to_numpy()
     groups = {d: partition_sorted(key, d) for d in a.clients}
     # Rows of a client must be contiguous for the floor to be a plain slice.
-    results = {"machine": platform.platform(), "numpy": np.__version__, "rank": a.rank,
-               "rounds": a.rounds, "nsl_kdd": [], "synthetic": []}
+    results = {
+        "machine": platform.platform(),
+        "numpy": np.__version__,
+        "rank": a.rank,
+        "rounds": a.rounds,
+        "nsl_kdd": [],
+        "synthetic": [],
+    }
     for d in a.clients:
         order = np.argsort(groups[d], kind="stable")
         res = bench(X[order], {d: groups[d][order]}, d, a.rank, a.rounds, Xt, ds.y_test)

@@ -9,8 +9,8 @@ Riemannian gradient steps on
 ``(1/N_i) (||X_i - X_i W W^T||^2 + <Y_i, W - Z> + rho/2 ||W - Z||^2)``
 (tangent projection ``(I - W W^T) g``, QR retraction), starting from its own previous
 ``W_i``; on receiving the new ``Z`` it first updates its dual ``Y_i <- Y_i + rho (W_i - Z)``
-(the order of the authors' code); the server averages the ``W_i``. The data enter only through ``C_i = X_i^T X_i``,
-formed once, so a local step costs O(n^2 r) whatever ``N_i`` is.
+(the order of the authors' code); the server averages the ``W_i``. The data enter only
+through ``C_i = X_i^T X_i``, formed once, so a local step costs O(n^2 r) whatever ``N_i`` is.
 
 Notation (paper -> code): W_i -> ``W`` (d, n, r); Z -> ``Z`` (n, r); Y_i -> ``Y``;
 rho -> ``rho``; learning rate -> ``lr``; X_i^T X_i -> ``C`` (d, n, n).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedep.core.fedep import RoundReport
+from fedep.core.fedep import RoundReport, _single_threaded_blas
 from fedep.core.layout import make_groups
 from fedep.core.stiefel import retract_qr
 
@@ -62,6 +62,7 @@ class FedPGCohort:
     settings : FedPGSettings
     """
 
+    @_single_threaded_blas
     def __init__(self, blocks, V0, settings: FedPGSettings):
         self.settings = settings
         self.d = len(blocks)
@@ -83,6 +84,7 @@ class FedPGCohort:
         """Model-side state per client."""
         return {"W": self.W.copy(), "Y": self.Y.copy()}
 
+    @_single_threaded_blas
     def local_round(self, Z: np.ndarray, clients: np.ndarray | None = None) -> RoundReport:
         """Local epochs and dual update of the participating clients."""
         s = self.settings

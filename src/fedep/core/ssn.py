@@ -100,7 +100,6 @@ def _jacobian(W, B, t, tau):
     """Generalised Jacobian of E in vech coordinates, shape (d, m, m)."""
     d, n, r = W.shape
     ia, ib, wgt = _vech_index(r)
-    m = ia.size
     nrm = np.linalg.norm(B, axis=-1)  # (d, n)
     active = nrm > tau[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
