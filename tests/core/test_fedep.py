@@ -98,10 +98,11 @@ def federation():
 
 
 def test_synthetic_federation_recovery_and_residuals(federation):
+    from sklearn.metrics import roc_auc_score
+
     from fedep.core.baselines import pooled_pca
     from fedep.core.fedpg import FedPGCohort, FedPGSettings
     from fedep.core.scoring import residual_energy
-    from sklearn.metrics import roc_auc_score
 
     D = federation
     mean = D.X_train.mean(0)
