@@ -91,7 +91,7 @@ from fedep.evaluation.selection import grid_search
 
 __all__ = ["run_reproduce", "PAPER_NUMBERS", "MODES"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DATASETS = ("nsl-kdd", "unsw-nb15", "ton-iot")
 METHOD_ORDER = ("FedEP", "FedPG", "PooledPCA", "LocalPCA", "OneShotPCA")
 
@@ -132,6 +132,17 @@ MODES: dict[str, dict[str, Any]] = {
         "grid": {},
         "fedep": {"alpha": 1.0, "beta": 1e-3},
         "fedpg": {},
+        "best": {
+            "feature_set": "rich",
+            "ranks": [5, 20],
+            "alphas": [1.0],
+            "n_rounds": 20,
+            "tol": 1e-4,
+            "inner_max_iter": 1,
+            "max_train_rows": 1500,
+            "max_val_rows": 3000,
+            "max_test_rows": 8000,
+        },
     },
     "full": {
         "seeds": [0, 1, 2, 3, 4],
@@ -156,8 +167,27 @@ MODES: dict[str, dict[str, Any]] = {
         },
         "fedep": {"alpha": 1.0, "beta": 1e-3},
         "fedpg": {},
+        # Headline "best honest configuration" table (see ``_best_config``). FedEP's
+        # W-step cost grows with r (SSN system of r(r+1)/2 unknowns): one ManPG step per
+        # round (inner_max_iter=1, warm-started) and 4000 training rows keep a rank-30
+        # fit at ~10-20 s on 2 cores; with the one-shot init 30 rounds reach tol 1e-4 or
+        # a plateau of the validation AUC.
+        "best": {
+            "feature_set": "rich",
+            "ranks": [5, 10, 20, 30],
+            "alphas": [1.0, 4.0],
+            "n_rounds": 30,
+            "tol": 1e-4,
+            "inner_max_iter": 1,
+            "max_train_rows": 4000,
+            "max_val_rows": 5000,
+            "max_test_rows": None,
+        },
     },
 }
+
+#: Methods of the headline table, each with its own validation-only selection.
+BEST_METHODS = ("FedEP", "FedPG", "PooledPCA")
 
 RATE_KEYS = ("acc", "pre", "rec", "fnr", "f1", "fpr")
 SUMMARY_KEYS = (*RATE_KEYS, "roc_auc", "pr_auc")
@@ -295,7 +325,7 @@ def _synthetic_split(seed: int, n_clients: int = 20, rank: int = 5) -> ClientSpl
 class _Data:
     """Lazy access to datasets and splits (loaded only when a cell must be computed)."""
 
-    def __init__(self, data_dir, names, cfg):
+    def __init__(self, data_dir, names, cfg, feature_set: str = "paper"):
         self.data_dir = data_dir
         self.cfg = cfg
         self._ds: dict[str, Any] = {}
@@ -304,7 +334,7 @@ class _Data:
         self.names: list[str] = []
         for n in names:
             try:
-                self._ds[n] = load_dataset(n, data_dir)
+                self._ds[n] = load_dataset(n, data_dir, feature_set=feature_set)
                 self.names.append(n)
             except DatasetNotFoundError as e:
                 self.missing[n] = str(e).splitlines()[0]
@@ -370,6 +400,133 @@ def _summarise(values: list[dict]) -> tuple[dict, dict]:
         mean[k] = float(np.nanmean(xs)) if np.isfinite(xs).any() else float("nan")
         std[k] = float(np.nanstd(xs)) if np.isfinite(xs).any() else float("nan")
     return mean, std
+
+
+# --------------------------------------------------------------------------- best config
+def best_base_params(method: str, best: dict) -> dict:
+    """Fixed (not searched) parameters of ``method`` in the headline table."""
+    if method == "FedEP":
+        return {
+            "init": "oneshot",
+            "n_rounds": int(best["n_rounds"]),
+            "tol": float(best["tol"]),
+            "inner_max_iter": int(best["inner_max_iter"]),
+            "beta": 1e-3,
+        }
+    if method == "FedPG":
+        return {"init": "oneshot", "n_rounds": int(best["n_rounds"]), "tol": float(best["tol"])}
+    return {}
+
+
+def best_grid(method: str, best: dict, n_features: int) -> dict[str, list]:
+    """The searched grid: ranks below ``n_features`` (same for every method), and
+    FedEP's ``alpha``."""
+    ranks = [int(r) for r in best["ranks"] if int(r) < n_features] or [max(1, n_features - 1)]
+    grid: dict[str, list] = {"n_components": ranks}
+    if method == "FedEP":
+        grid["alpha"] = [float(a) for a in best["alphas"]]
+    return grid
+
+
+def select_best_config(method: str, sp: ClientSplit, best: dict, seed: int = 0) -> dict:
+    """Validation-only hyper-parameter selection for the headline table.
+
+    Calls :func:`fedep.evaluation.selection.grid_search` with the split's TRAINING rows
+    and its VALIDATION rows/labels (carved from training) only: ``sp.X_test`` and
+    ``sp.y_test`` are never read, so permuting or replacing them cannot change the
+    result. Returns ``grid_search``'s dict plus ``grid``.
+    """
+    grid = best_grid(method, best, sp.X_train.shape[1])
+    sel = grid_search(
+        lambda p: make_detector(method, p, seed),
+        grid,
+        sp.X_train,
+        sp.groups_train,
+        sp.X_val,
+        sp.y_val,
+        base_params=best_base_params(method, best),
+    )
+    sel["grid"] = grid
+    return sel
+
+
+def _best_config(res: dict, data_dir, names, cfg: dict, cells: _Cells, log) -> None:
+    """Headline table: rich features, 20 non-IID clients, validation-selected rank
+    (and FedEP alpha) per method, honest threshold, mean +- std over seeds."""
+    best = cfg["best"]
+    sub = {
+        "n_clients": cfg["n_clients"],
+        "seeds": cfg["seeds"],
+        "rank": cfg["rank"],
+        "max_train_rows": best["max_train_rows"],
+        "max_val_rows": best["max_val_rows"],
+        "max_test_rows": best["max_test_rows"],
+    }
+    data = _Data(data_dir, names, sub, feature_set=best["feature_set"])
+    seed0 = cfg["seeds"][0]
+    out: dict[str, Any] = {
+        "config": {**best, "n_clients": cfg["n_clients"], "seeds": cfg["seeds"]},
+        "selection": {},
+        "table": [],
+        "roc": {},
+        "trivial": {},
+    }
+    for name in data.names:
+        log(f"== {name} (best honest configuration)")
+        out["selection"][name] = {}
+        for method in BEST_METHODS:
+            sel = cells.get(
+                f"best-{name}-select-{method}",
+                lambda name=name, method=method: select_best_config(
+                    method, data.split(name, "clean", seed0), best, seed0
+                ),
+            )
+            out["selection"][name][method] = sel
+            params = dict(sel["best_params"])
+            runs = []
+            for seed in cfg["seeds"]:
+
+                def _fit(name=name, method=method, params=params, seed=seed):
+                    sp = data.split(name, "clean", seed)
+                    det = make_detector(method, params, seed)
+                    r = evaluate_detector(det, sp, with_roc=seed == seed0)
+                    r.pop("per_class", None)
+                    return r
+
+                runs.append(cells.get(f"best-{name}-{method}-s{seed}", _fit))
+            mean, std = _summarise([r["honest"] for r in runs])
+            tmean, tstd = _summarise([r["test_tuned"] for r in runs])
+            out["table"].append(
+                {
+                    "dataset": name,
+                    "method": method,
+                    "params": params,
+                    "rank": int(params["n_components"]),
+                    "alpha": params.get("alpha"),
+                    "val_roc_auc": float(sel["best_score"]),
+                    "mean": mean,
+                    "std": std,
+                    "test_tuned_mean": tmean,
+                    "test_tuned_std": tstd,
+                    "n_seeds": len(runs),
+                    "fit_time_s": float(np.mean([r["fit_time_s"] for r in runs])),
+                    "n_iter": float(np.mean([r["n_iter"] for r in runs])),
+                    "paper_fedep_roc_auc": PAPER_NUMBERS.get(name, {})
+                    .get("FedEP", {})
+                    .get("roc_auc"),
+                }
+            )
+            if "roc" in runs[0]:
+                out["roc"].setdefault(name, {})[method] = {
+                    **runs[0]["roc"],
+                    "roc_auc": runs[0]["honest"]["roc_auc"],
+                }
+        out["trivial"][name] = cells.get(
+            f"best-{name}-trivial",
+            lambda name=name: trivial_detector_metrics(data.split(name, "clean", seed0).y_test),
+        )
+    out["splits"] = {n: v.get("clean") for n, v in data.split_info.items()}
+    res["best"] = out
 
 
 def run_reproduce(
@@ -447,6 +604,9 @@ def run_reproduce(
         "scalability": [],
     }
     seed0 = cfg["seeds"][0]
+
+    # Headline: best honest configuration (rich features, validation-selected rank).
+    _best_config(res, data_dir, names, cfg, cells, log)
 
     for name in data.names:
         log(f"== {name}")
@@ -662,7 +822,31 @@ def _figures(res: dict, fig_dir: Path) -> dict[str, list[str]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out: dict[str, list[str]] = {"roc": [], "rounds": [], "importance": [], "scalability": []}
+    out: dict[str, list[str]] = {
+        "roc": [],
+        "rounds": [],
+        "importance": [],
+        "scalability": [],
+        "best": [],
+    }
+    best_roc = res.get("best", {}).get("roc", {})
+    if best_roc:
+        n = len(best_roc)
+        fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.5), squeeze=False)
+        for ax, (name, curves) in zip(axes[0], best_roc.items(), strict=True):
+            for m, c in curves.items():
+                ax.plot(c["fpr"], c["tpr"], label=f"{m} ({_num(c['roc_auc']):.3f})")
+            ax.plot([0, 1], [0, 1], "k:", lw=0.8)
+            ax.set(xlabel="false-positive rate", ylabel="true-positive rate", title=name)
+            ax.legend(fontsize=7, loc="lower right", title="ROC AUC", title_fontsize=7)
+        fig.suptitle(
+            "Best honest configuration (rich features, validation-selected rank)", fontsize=9
+        )
+        fig.tight_layout()
+        p = fig_dir / "roc_best.png"
+        fig.savefig(p, dpi=80)
+        plt.close(fig)
+        out["best"].append(p.name)
     for name, curves in res["roc"].items():
         fig, ax = plt.subplots(figsize=(4.5, 4))
         for m, c in curves.items():
@@ -759,6 +943,94 @@ def _one(v, pct: bool) -> str:
     return _pm(v, float("nan"), pct)
 
 
+def _best_section(res: dict, figures: dict) -> list[str]:
+    b = res.get("best")
+    if not b or not b["table"]:
+        return []
+    c = b["config"]
+    L = ["## Best honest configuration (headline)\n"]
+    L.append(
+        f'`feature_set="{c["feature_set"]}"` (z-scores of log1p heavy-tailed counts, '
+        f"one-hot categoricals, flags), {c['n_clients']} non-IID clients (training rows "
+        "sorted by `dst_bytes`, contiguous chunks; clean fallback where a chunk has no "
+        "normal rows), clean protocol. Hyper-parameters chosen ONLY by ROC AUC on the "
+        "validation split carved from training (`selection.grid_search`, first seed), "
+        f"each method on its own, same rank grid {c['ranks']}; FedEP also alpha in "
+        f'{c["alphas"]}. FedEP and FedPG start from `init="oneshot"` (merged client '
+        "SVDs: one extra federated round, no raw data moved), at most "
+        f"{c['n_rounds']} rounds, tol {c['tol']}"
+        f"; FedEP inner_max_iter {c['inner_max_iter']}. At most {c['max_train_rows']} "
+        f"training rows, {c['max_val_rows']} validation rows"
+        + (f", {c['max_test_rows']} test rows" if c.get("max_test_rows") else ", all test rows")
+        + ". Threshold: 95 % quantile of validation-normal scores (honest). "
+        f"Mean ± std over seeds {c['seeds']}. PooledPCA pools all records: the "
+        "centralised reference, not a federated method.\n"
+    )
+    rows = []
+    for e in b["table"]:
+        mn, sd = e["mean"], e["std"]
+        rows.append(
+            {
+                "dataset": e["dataset"],
+                "method": e["method"],
+                "rank": e["rank"],
+                "alpha": "" if e["alpha"] is None else f"{e['alpha']:g}",
+                "ROC AUC": _pm(mn["roc_auc"], sd["roc_auc"], False),
+                "PR AUC": _pm(mn["pr_auc"], sd["pr_auc"], False),
+                "F1 %": _pm(mn["f1"], sd["f1"], True),
+                "FPR %": _pm(mn["fpr"], sd["fpr"], True),
+                "Acc %": _pm(mn["acc"], sd["acc"], True),
+                "val ROC AUC": _one(e["val_roc_auc"], False),
+                "paper FedEP AUC": _one(e["paper_fedep_roc_auc"], False)
+                if e["paper_fedep_roc_auc"] is not None
+                else "-",
+                "fit s": f"{e['fit_time_s']:.1f}",
+            }
+        )
+    L.append(format_metrics_table(rows))
+    L.append(
+        "\nThe paper's FedEP AUC was obtained with thresholds and hyper-parameters tuned "
+        "on the test set (see NOTES section 6); ROC AUC itself does not depend on the "
+        "threshold.\n"
+    )
+    notes = []
+    for name in dict.fromkeys(e["dataset"] for e in b["table"]):
+        by = {e["method"]: e["mean"]["roc_auc"] for e in b["table"] if e["dataset"] == name}
+        ep, pg, pool = by.get("FedEP"), by.get("FedPG"), by.get("PooledPCA")
+        t = b["trivial"].get(name)
+        line = (
+            f"- {name}: FedEP {_one(ep, False)}, FedPG {_one(pg, False)}, "
+            f"PooledPCA {_one(pool, False)}"
+        )
+        if ep is not None and pg is not None:
+            line += "; FedEP >= FedPG" if ep >= pg else f"; FedEP BELOW FedPG by {pg - ep:.4f}"
+        if ep is not None and pool is not None:
+            gap = pool - ep
+            line += (
+                "; within 0.01 of PooledPCA"
+                if gap <= 0.01
+                else f"; {gap:.4f} BELOW PooledPCA (more than 0.01)"
+            )
+        paper = PAPER_NUMBERS.get(name, {}).get("FedEP", {}).get("roc_auc")
+        if paper is not None and ep is not None:
+            line += (
+                f"; above the paper's FedEP ({paper})"
+                if ep > paper
+                else f"; NOT above the paper's FedEP ({paper})"
+            )
+        if t:
+            line += f". Trivial flag-all: F1 {_one(t['f1'], True)} %, FPR 100 %"
+        notes.append(line + ".")
+    L.append("\n".join(notes) + "\n")
+    for f in figures.get("best", []):
+        L.append(f"![{f}](figures/{f})\n")
+    L.append(
+        "\n# Paper setting (paper feature set, rank 5): secondary tables\n\n"
+        "Everything below uses the paper's feature set and rank 5, as in the paper.\n"
+    )
+    return L
+
+
 def _report(res: dict, figures: dict) -> str:
     L: list[str] = []
     cfg = res["config"]
@@ -790,6 +1062,7 @@ def _report(res: dict, figures: dict) -> str:
         L.append(
             "Missing datasets: " + "; ".join(f"{k}: {v}" for k, v in d["missing"].items()) + "\n"
         )
+    L.extend(_best_section(res, figures))
     L.append("## Setup\n")
     L.append(
         f"- {cfg['n_clients']} non-IID clients: training rows sorted by `dst_bytes`, cut "
