@@ -7,7 +7,6 @@ rows). Real-data tests are skipped when the data is missing, and fail when ``CI`
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 
@@ -18,8 +17,6 @@ pytest.importorskip("flwr")
 
 from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
-from fedep.data import resolve_data_dir  # noqa: E402
-from fedep.data.files import KNOWN_FILES  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
 from fedep.federation.flower.launch import LocalDeployment  # noqa: E402
 from fedep.federation.flower.protocol import load_gateway_data  # noqa: E402
@@ -30,15 +27,8 @@ D, MAX_ROWS, R = 3, 1500, 4
 
 
 @pytest.fixture(scope="module")
-def data_dir():
-    root = resolve_data_dir()
-    missing = [r for r, (_, req) in KNOWN_FILES.items() if req and not (root / r).is_file()]
-    if missing:
-        msg = f"real datasets missing in {root}: {missing} (set FEDEP_DATA_DIR)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return root
+def data_dir(real_data_dir):
+    return real_data_dir
 
 
 def _nodes(tmp, data_dir):

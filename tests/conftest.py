@@ -1,0 +1,35 @@
+"""Shared fixtures: the real-data rule for every test package.
+
+Real-data tests are marked ``realdata``. When the data directory (see
+:func:`fedep.data.resolve_data_dir`) lacks the official files they are skipped, unless
+the environment variable ``CI`` is set: then they fail, because on CI the data must be
+there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fedep.data import resolve_data_dir
+from fedep.data.files import KNOWN_FILES
+
+
+def require_real_data() -> Path:
+    """Return the data directory, or skip (fail when ``CI`` is set) if files are missing."""
+    root = resolve_data_dir()
+    missing = [r for r, (_, req) in KNOWN_FILES.items() if req and not (root / r).is_file()]
+    if missing:
+        msg = f"real datasets missing in {root}: {missing} (set FEDEP_DATA_DIR)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return root
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The data directory holding the official files."""
+    return require_real_data()
