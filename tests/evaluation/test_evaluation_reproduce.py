@@ -10,6 +10,8 @@ from fedep.evaluation.reproduce import run_reproduce
 from fedep.evaluation.selection import grid_search, parameter_grid
 
 SECTIONS = (
+    "## Best honest configuration (headline)",
+    "# Paper setting (paper feature set, rank 5)",
     "## Table 2",
     "test-tuned (as in the paper)",
     "trivial (flag all)",
@@ -56,7 +58,7 @@ def test_report_says_synthetic_and_how_to_use_real_data(quick_run):
 def test_results_json_is_sane(quick_run):
     out, _, _, _ = quick_run
     res = json.loads((out / "results.json").read_text())
-    assert res["schema_version"] == 1 and res["mode"] == "quick"
+    assert res["schema_version"] == 2 and res["mode"] == "quick"
     assert res["data"]["source"] == "synthetic"
     assert set(res["data"]["missing"]) == {"nsl-kdd", "unsw-nb15", "ton-iot"}
     methods = {e["method"] for e in res["main"]}
@@ -129,3 +131,59 @@ def test_grid_search_uses_validation_only():
     assert res["best_score"] == max(scores)
     assert res["best_params"]["n_components"] == 5  # the planted rank
     assert np.all(np.isfinite(scores))
+
+
+def test_best_config_is_headline(quick_run):
+    out, report, _, _ = quick_run
+    text = report.read_text()
+    i_best = text.index("## Best honest configuration (headline)")
+    assert i_best < text.index("# Paper setting") < text.index("## Table 2")
+    assert "(figures/roc_best.png)" in text
+    assert (out / "figures" / "roc_best.png").is_file()
+    res = json.loads((out / "results.json").read_text())
+    best = res["best"]
+    assert best["config"]["feature_set"] == "rich"
+    assert best["config"]["ranks"] == [5, 20] and best["config"]["alphas"] == [1.0]
+    rows = {e["method"]: e for e in best["table"] if e["dataset"] == "synthetic"}
+    assert set(rows) == {"FedEP", "FedPG", "PooledPCA"}
+    for m, e in rows.items():
+        sel = best["selection"]["synthetic"][m]
+        assert e["rank"] == sel["best_params"]["n_components"] in (5, 20)
+        assert len(sel["results"]) == len(best["config"]["ranks"])
+        assert e["val_roc_auc"] == pytest.approx(sel["best_score"])
+        assert e["n_seeds"] == 1
+        for k in ("roc_auc", "pr_auc", "f1", "fpr", "acc"):
+            assert 0.0 <= e["mean"][k] <= 1.0
+        assert e["mean"]["fpr"] < 0.2  # honest threshold: validation-normal quantile
+    assert rows["FedEP"]["alpha"] == 1.0 and rows["PooledPCA"]["alpha"] is None
+    assert rows["FedEP"]["params"]["init"] == "oneshot"
+    assert rows["FedPG"]["params"]["init"] == "oneshot"
+    assert rows["FedEP"]["rank"] == 5  # the planted rank wins on validation
+    assert rows["FedEP"]["mean"]["roc_auc"] > 0.95
+    assert "synthetic" in best["roc"] and "synthetic" in best["trivial"]
+
+
+@pytest.mark.parametrize("method", ["FedEP", "PooledPCA"])
+def test_best_selection_never_sees_test_data(method):
+    import dataclasses
+
+    from fedep.evaluation.reproduce import MODES, _synthetic_split, select_best_config
+
+    best = {**MODES["quick"]["best"], "ranks": [2, 5, 10]}
+    sp = _synthetic_split(3)
+    rng = np.random.default_rng(0)
+    bad = dataclasses.replace(
+        sp,
+        y_test=rng.permutation(sp.y_test),
+        X_test=rng.normal(size=sp.X_test.shape) * 100,
+    )
+    a = select_best_config(method, sp, best, seed=0)
+    b = select_best_config(method, bad, best, seed=0)
+    assert a["best_params"] == b["best_params"]
+    assert a["best_params"]["n_components"] == 5
+    assert [r["val_roc_auc"] for r in a["results"]] == [r["val_roc_auc"] for r in b["results"]]
+    # and the validation labels do matter: permuting them changes the scores
+    c = select_best_config(
+        method, dataclasses.replace(sp, y_val=rng.permutation(sp.y_val)), best, seed=0
+    )
+    assert [r["val_roc_auc"] for r in c["results"]] != [r["val_roc_auc"] for r in a["results"]]
