@@ -31,4 +31,14 @@ def test_quick_reproduce_on_real_data(real_data_dir, tmp_path):
                 assert honest[m]["roc_auc"] > 0.8, (m, honest[m]["roc_auc"])
             # threshold from validation normals: FPR near the 5 % target
             assert honest[m]["fpr"] < 0.25, (name, m, honest[m]["fpr"])
+    # headline table: rich features, validation-selected rank, honest threshold
+    assert text.index("## Best honest configuration") < text.index("## Table 2")
+    assert (tmp_path / "figures" / "roc_best.png").is_file()
+    best = {(e["dataset"], e["method"]): e for e in res["best"]["table"]}
+    assert len(best) == 9
+    for (name, m), e in best.items():
+        assert e["rank"] in (5, 20), (name, m)
+        assert e["mean"]["fpr"] < 0.25, (name, m, e["mean"]["fpr"])
+        # rich features: every detector well above chance
+        assert e["mean"]["roc_auc"] > 0.75, (name, m, e["mean"]["roc_auc"])
     assert res["wall_time_s"] < 180
