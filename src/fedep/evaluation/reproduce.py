@@ -986,7 +986,13 @@ def _best_section(res: dict, figures: dict) -> list[str]:
         f"training rows, {c['max_val_rows']} validation rows"
         + (f", {c['max_test_rows']} test rows" if c.get("max_test_rows") else ", all test rows")
         + ". Threshold: 95 % quantile of validation-normal scores (honest). "
-        f"Mean ± std over seeds {c['seeds']}. PooledPCA pools all records: the "
+        + (
+            "SYNTHETIC scenario: the generated features are used (`feature_set` applies "
+            "to the real datasets only). "
+            if res.get("data", {}).get("source") == "synthetic"
+            else ""
+        )
+        + f"Mean ± std over seeds {c['seeds']}. PooledPCA pools all records: the "
         "centralised reference, not a federated method.\n"
     )
     rows = []
