@@ -163,6 +163,7 @@ MODES: dict[str, dict[str, Any]] = {
             "tol": 1e-4,
             "inner_max_iter": 1,
             "max_train_rows": 1500,
+            "refit_train_rows": 1500,
             "max_val_rows": 3000,
             "max_test_rows": 8000,
         },
@@ -203,6 +204,9 @@ MODES: dict[str, dict[str, Any]] = {
             "tol": 1e-4,
             "inner_max_iter": 1,
             "max_train_rows": 4000,
+            # The selected configuration is refitted on every training row (None):
+            # the subsample only bounds the cost of the grid, it is not a choice.
+            "refit_train_rows": None,
             "max_val_rows": 5000,
             "max_test_rows": None,
         },
@@ -510,7 +514,9 @@ def _best_config(res: dict, data_dir, names, cfg: dict, cells: _Cells, log) -> N
             for seed in cfg["seeds"]:
 
                 def _fit(name=name, method=method, params=params, seed=seed):
-                    sp = data.split(name, "clean", seed)
+                    sp = data.split(
+                        name, "clean", seed, max_train_rows=best.get("refit_train_rows", "cfg")
+                    )
                     det = make_detector(method, params, seed)
                     r = evaluate_detector(det, sp, with_roc=seed == seed0)
                     r.pop("per_class", None)
@@ -982,8 +988,14 @@ def _best_section(res: dict, figures: dict) -> list[str]:
         f'{c["alphas"]}. FedEP and FedPG start from `init="oneshot"` (merged client '
         "SVDs: one extra federated round, no raw data moved), at most "
         f"{c['n_rounds']} rounds, tol {c['tol']}"
-        f"; FedEP inner_max_iter {c['inner_max_iter']}. At most {c['max_train_rows']} "
-        f"training rows, {c['max_val_rows']} validation rows"
+        f"; FedEP inner_max_iter {c['inner_max_iter']}. Selection on at most "
+        f"{c['max_train_rows']} training rows; the selected configuration is then fitted on "
+        + (
+            f"at most {c['refit_train_rows']} training rows"
+            if c.get("refit_train_rows")
+            else "all training rows"
+        )
+        + f", {c['max_val_rows']} validation rows"
         + (f", {c['max_test_rows']} test rows" if c.get("max_test_rows") else ", all test rows")
         + ". Threshold: 95 % quantile of validation-normal scores (honest). "
         + (
