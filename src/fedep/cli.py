@@ -556,9 +556,8 @@ def _model_features(det, path) -> list[str]:
 
 def _parse_header(src: Path) -> tuple[list[str], bytes]:
     """Column names and the raw header line (BOM and line end stripped)."""
-    import csv
-
     from fedep.data import DataError
+    from fedep.data.tabular import parse_header_line
 
     with open(src, "rb") as fh:
         raw = fh.readline()
@@ -567,19 +566,7 @@ def _parse_header(src: Path) -> tuple[list[str], bytes]:
     raw = raw.rstrip(b"\r\n")
     if not raw.strip():
         raise DataError(src, "empty file (no header row)", line=1)
-    try:
-        names = next(csv.reader([raw.decode("utf-8")]))
-    except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
-        raise DataError(src, f"unreadable header row ({exc})", line=1) from None
-    names = [n.strip() for n in names]
-    seen: set[str] = set()
-    for n in names:
-        if n == "":
-            raise DataError(src, "empty column name in header", line=1)
-        if n in seen:
-            raise DataError(src, "duplicate column name in header", line=1, column=n)
-        seen.add(n)
-    return names, raw
+    return parse_header_line(raw, src), raw
 
 
 def _locate_bad_value(block: bytes, header, names, src, first_line):

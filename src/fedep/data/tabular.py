@@ -77,6 +77,30 @@ class TableData:
     path: str = ""
 
 
+def parse_header_line(raw: bytes, path) -> list[str]:
+    """Column names of a CSV header line (BOM and line end already removed or not).
+
+    Raises :class:`DataError` (line 1) for an undecodable or malformed header, an
+    empty column name or a duplicate one.
+    """
+    if raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    raw = raw.rstrip(b"\r\n")
+    try:
+        header = next(csv.reader(io.StringIO(raw.decode("utf-8"))))
+    except (UnicodeDecodeError, StopIteration, csv.Error) as exc:
+        raise DataError(path, f"unreadable header: {exc}", line=1) from None
+    header = [h.strip() for h in header]
+    seen: set[str] = set()
+    for h in header:
+        if h == "":
+            raise DataError(path, "empty column name in header", line=1)
+        if h in seen:
+            raise DataError(path, "duplicate column name in header", line=1, column=h)
+        seen.add(h)
+    return header
+
+
 def _read_csv_strings(path: Path) -> pd.DataFrame:
     """Every column as stripped-of-nothing strings; index = 0-based data row."""
     import pyarrow as pa
@@ -88,19 +112,7 @@ def _read_csv_strings(path: Path) -> pd.DataFrame:
     data = data.rstrip(b"\r\n")
     if not data.strip():
         raise DataError(path, "empty file (no header row)", line=1)
-    first = data.split(b"\n", 1)[0].rstrip(b"\r")
-    try:
-        header = next(csv.reader(io.StringIO(first.decode("utf-8"))))
-    except (UnicodeDecodeError, StopIteration, csv.Error) as exc:
-        raise DataError(path, f"unreadable header: {exc}", line=1) from exc
-    header = [h.strip() for h in header]
-    seen: set[str] = set()
-    for h in header:
-        if h == "":
-            raise DataError(path, "empty column name in header", line=1)
-        if h in seen:
-            raise DataError(path, "duplicate column name in header", line=1, column=h)
-        seen.add(h)
+    header = parse_header_line(data.split(b"\n", 1)[0], path)
     if b"\n" not in data:
         raise DataError(path, "file has a header but no data rows", line=2)
     bad_rows: list[tuple[int | None, int, int, str]] = []
