@@ -70,7 +70,7 @@ def _rounds(cohort, method, V0, n_rounds, X_eval=None, y_eval=None):
 
 def _time_to_quality(times, aucs, eps=0.005):
     final = aucs[-1]
-    for k, a in enumerate(aucs):
+    for k in range(len(aucs)):
         if all(abs(b - final) <= eps for b in aucs[k:]):
             return k + 1, float(np.sum(times[: k + 1]))
     return len(aucs), float(np.sum(times))
@@ -85,31 +85,26 @@ def bench(X, groups_all, d, r, n_rounds, X_eval, y_eval, seed=0):
         "floor_s": _floor(blocks),
         "floor_blas_default_s": _floor(blocks, threads=0),
     }
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    cohort = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings())
-    out["fedep_setup_s"] = time.perf_counter() - t0
-    times, aucs = _rounds(cohort, "fedep", V0, n_rounds, X_eval, y_eval)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    out["fedep_peak_ratio"] = peak / X.nbytes
-    out["fedep_round_s"] = float(np.median(times[1:]))
-    out["fedep_round_over_floor"] = out["fedep_round_s"] / out["floor_s"]
-    if X_eval is not None:
-        out["fedep_auc_final"] = aucs[-1]
-        out["fedep_rounds_to_quality"], out["fedep_seconds_to_quality"] = _time_to_quality(
-            times, aucs
-        )
-    del cohort
-    cohort = FedPGCohort(blocks, V0, FedPGSettings())
-    times, aucs = _rounds(cohort, "fedpg", V0, n_rounds, X_eval, y_eval)
-    out["fedpg_round_s"] = float(np.median(times[1:]))
-    out["fedpg_round_over_floor"] = out["fedpg_round_s"] / out["floor_s"]
-    if X_eval is not None:
-        out["fedpg_auc_final"] = aucs[-1]
-        out["fedpg_rounds_to_quality"], out["fedpg_seconds_to_quality"] = _time_to_quality(
-            times, aucs
-        )
+    makers = {
+        "fedep": lambda: FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings()),
+        "fedpg": lambda: FedPGCohort(blocks, V0, FedPGSettings()),
+    }
+    for method, make in makers.items():
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        cohort = make()
+        out[f"{method}_setup_s"] = time.perf_counter() - t0
+        times, aucs = _rounds(cohort, method, V0, n_rounds, X_eval, y_eval)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del cohort
+        out[f"{method}_peak_ratio"] = peak / X.nbytes
+        out[f"{method}_round_s"] = float(np.median(times[1:]))
+        out[f"{method}_round_over_floor"] = out[f"{method}_round_s"] / out["floor_s"]
+        if X_eval is not None:
+            out[f"{method}_auc_final"] = aucs[-1]
+            q = _time_to_quality(times, aucs)
+            out[f"{method}_rounds_to_quality"], out[f"{method}_seconds_to_quality"] = q
     return out
 
 
