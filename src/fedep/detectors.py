@@ -68,6 +68,19 @@ def _check_number(name, value, *, low=None, high=None, low_open=False, integer=F
         raise ValueError(f"{name} must be <= {high}; got {value!r}")
 
 
+def _check_groups(groups, n: int) -> np.ndarray:
+    """One client id per row of X, as a 1-D array without NaN/inf."""
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.shape[0] != n:
+        raise ValueError(
+            f"groups must be 1-D with one client id per row of X ({n} rows); "
+            f"got shape {groups.shape}"
+        )
+    if groups.dtype.kind == "f" and not np.isfinite(groups).all():
+        raise ValueError("groups holds NaN or inf client ids")
+    return groups
+
+
 class BaseFederatedDetector(BaseEstimator):
     """Shared machinery: validation, federated standardisation, scoring, thresholds.
 
@@ -90,14 +103,7 @@ class BaseFederatedDetector(BaseEstimator):
             labels = np.array([0])
             inverse = np.zeros(n, dtype=int)
         else:
-            groups = np.asarray(groups)
-            if groups.ndim != 1 or groups.shape[0] != n:
-                raise ValueError(
-                    f"groups must be 1-D with one client id per row of X ({n} rows); "
-                    f"got shape {groups.shape}"
-                )
-            if groups.dtype.kind == "f" and not np.isfinite(groups).all():
-                raise ValueError("groups holds NaN or inf client ids")
+            groups = _check_groups(groups, n)
             labels, inverse = np.unique(groups, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
         counts = np.bincount(inverse, minlength=labels.size)
@@ -185,11 +191,7 @@ class BaseFederatedDetector(BaseEstimator):
         return (X - self.mean_) / self.scale_
 
     def _client_index(self, groups, n):
-        groups = np.asarray(groups)
-        if groups.ndim != 1 or groups.shape[0] != n:
-            raise ValueError(
-                f"groups must be 1-D with one client id per row of X ({n} rows); got shape {groups.shape}"
-            )
+        groups = _check_groups(groups, n)
         pos = np.searchsorted(self.clients_, groups)
         pos = np.clip(pos, 0, self.clients_.size - 1)
         known = self.clients_[pos] == groups

@@ -33,7 +33,8 @@ def validate_report(rep: RoundReport, n_features: int, n_components: int) -> Non
         a = getattr(rep, name)
         if a.ndim != 3 or a.shape[1:] != (n_features, n_components):
             raise ValueError(
-                f"client payload {name} has shape {a.shape}, expected (k, {n_features}, {n_components})"
+                f"client payload {name} has shape {a.shape}, "
+                f"expected (k, {n_features}, {n_components})"
             )
         if not np.isfinite(a).all():
             raise ValueError(f"client payload {name} holds NaN or inf")
