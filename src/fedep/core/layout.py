@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ClientGroup", "make_groups", "client_slices"]
+__all__ = ["ClientGroup", "make_groups"]
 
 
 @dataclass
@@ -34,13 +34,6 @@ class ClientGroup:
     clients: np.ndarray
     lengths: np.ndarray
     X: np.ndarray
-
-
-def client_slices(sizes: np.ndarray) -> list[slice]:
-    """Contiguous row slices for clients of the given sizes, in order."""
-    ends = np.cumsum(sizes)
-    starts = ends - np.asarray(sizes)
-    return [slice(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
 def make_groups(

@@ -12,7 +12,7 @@ Shapes: ``X`` is ``(n_samples, n_features)``; moments are ``(n_features,)`` arra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,7 +145,3 @@ def standardization_from_moments(
     scale = np.where(constant, 1.0, std)
     return moments.mean.copy(), scale, constant
 
-
-def pooled_moments_from_groups(X: np.ndarray, slices: Sequence[slice]) -> Moments:
-    """Combine the moments of row blocks of ``X`` (what each client would send)."""
-    return combine_moments(client_moments(X[s]) for s in slices)
