@@ -234,12 +234,17 @@ def _load_unsw(root: Path, test_size: float | None, random_state: int):
             )
         info = {"files": [str(ptr), str(pte)], "split": "official"}
         return parts[0], parts[1], info
+    return _stratified_file(pte, UNSW_NB15_COLUMNS, "attack_cat", test_size, random_state)
+
+
+def _stratified_file(path: Path, columns, stratify_by: str, test_size, random_state: int):
+    """A seeded split of one file, stratified by ``stratify_by``, with its provenance."""
     ts = DEFAULT_TEST_SIZE if test_size is None else test_size
-    a, b = _load_split_file(pte, UNSW_NB15_COLUMNS, "attack_cat", ts, random_state)
+    a, b = _load_split_file(path, columns, stratify_by, ts, random_state)
     info = {
-        "files": [str(pte)],
+        "files": [str(path)],
         "split": "stratified",
-        "stratify_by": "attack_cat",
+        "stratify_by": stratify_by,
         "test_size": ts,
         "random_state": random_state,
     }
@@ -248,16 +253,7 @@ def _load_unsw(root: Path, test_size: float | None, random_state: int):
 
 def _load_ton(root: Path, test_size: float | None, random_state: int):
     p = _require(root, "ton-iot", "ton-iot/train_test_network.csv")
-    ts = DEFAULT_TEST_SIZE if test_size is None else test_size
-    a, b = _load_split_file(p, TON_IOT_COLUMNS, "type", ts, random_state)
-    info = {
-        "files": [str(p)],
-        "split": "stratified",
-        "stratify_by": "type",
-        "test_size": ts,
-        "random_state": random_state,
-    }
-    return a, b, info
+    return _stratified_file(p, TON_IOT_COLUMNS, "type", test_size, random_state)
 
 
 def load_dataset(
