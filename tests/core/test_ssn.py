@@ -65,9 +65,10 @@ def test_beta_zero_gives_projected_gradient_step():
     assert np.allclose(sol.D, -0.3 * project_tangent(W, g), atol=1e-10)
 
 
-def test_jacobian_matches_finite_differences():
+@pytest.mark.parametrize("r", [1, 4, 10])  # 10: above the dense-map rank, gather form
+def test_jacobian_matches_finite_differences(r):
     rng = np.random.default_rng(2)
-    d, n, r = 3, 12, 4
+    d, n = 3, 12
     W = random_stiefel(n, r, rng, (d,))
     g = rng.standard_normal((d, n, r))
     t = np.full(d, 0.3)
@@ -103,3 +104,19 @@ def test_batched_equals_single():
     for i in range(5):
         one = ssn_direction(W[i], g[i], t[i], tau[i], tol=1e-13)
         assert np.allclose(one.D, batch.D[i], atol=1e-10)
+
+
+def test_jacobian_forms_agree(monkeypatch):
+    import fedep.core.ssn as ssn
+
+    rng = np.random.default_rng(8)
+    d, n, r = 6, 15, 5
+    W = random_stiefel(n, r, rng, (d,))
+    B = rng.standard_normal((d, n, r))
+    t = rng.uniform(0.1, 1.0, d)
+    tau = np.full(d, 1.5)  # some rows cut to zero, some kept
+    assert 0 < np.mean(np.linalg.norm(B, axis=-1) > 1.5) < 1
+    dense = ssn._jacobian(W, B, t, tau)
+    monkeypatch.setattr(ssn, "_DENSE_MAP_MAX_RANK", 0)
+    gather = ssn._jacobian(W, B, t, tau)
+    assert np.allclose(dense, gather, rtol=1e-12, atol=1e-12)

@@ -50,9 +50,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedep.core._kernels import HAVE_NUMBA, fused_data_step
 from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
-from fedep.core.stiefel import l21_norm
+from fedep.core.stiefel import l21_norm, prox_l1
 
 __all__ = ["FedEPSettings", "FedEPCohort", "aggregate_consensus", "consensus_terms"]
 
@@ -89,6 +90,11 @@ class FedEPSettings:
       size does not decide its sparsity) and ``nu_i = nu * ||X_i||_2^2`` (the consensus
       penalty in units of the client's largest Gram eigenvalue, the curvature of its
       data term; ADMM on the Stiefel manifold needs ``nu_i`` of that order).
+
+    ``kernel`` picks the implementation of the per-record S-, U- and dual steps:
+    ``"numba"`` (the fused kernel of :mod:`fedep.core._kernels`), ``"numpy"`` (the
+    reference), or ``"auto"`` (numba when it can be imported). Both give the same
+    iterates up to rounding.
     """
 
     alpha: float = 1.0
@@ -102,6 +108,7 @@ class FedEPSettings:
     max_group_rows: int = 1 << 20
     chunk_rows: int = 4096
     penalty_scaling: str = "relative"
+    kernel: str = "auto"
 
 
 @dataclass
@@ -180,9 +187,11 @@ class FedEPCohort:
         else:
             self.beta = np.full(self.d, float(beta))
             self.nu = np.full(self.d, float(nu))
+        self._fused = _resolve_kernel(settings.kernel)
         if settings.use_sparse:
+            # S is not state: each round's S-step reads only X, U and A, so S is
+            # never stored (one array less to stream per round).
             for g in self.groups:
-                g.S = np.zeros_like(g.X)
                 g.U = g.X.copy()
                 g.A = np.zeros_like(g.X)
         else:
@@ -196,15 +205,21 @@ class FedEPCohort:
         return {"W": self.W.copy(), "Pi": self.Pi.copy()}
 
     def corruption(self) -> list[np.ndarray]:
-        """The fitted ``S_i`` of every client, unpadded, in client order (local only)."""
+        """The sparse corruption ``S_i`` of every client, unpadded, in client order.
+
+        It is the S-step at the current iterate, ``soft(X_i - U_i + Lam_i/mu,
+        alpha/mu)``: the S that the next round would compute (at convergence, the
+        fitted S). Local only: it never leaves the client.
+        """
+        s = self.settings
         out = [None] * self.d
         for g in self.groups:
             for j, c in enumerate(g.clients):
-                out[c] = (
-                    g.S[j, : g.lengths[j]].copy()
-                    if self.settings.use_sparse
-                    else np.zeros((g.lengths[j], self.n))
-                )
+                n_j = g.lengths[j]
+                if s.use_sparse:
+                    out[c] = prox_l1(g.X[j, :n_j] - g.U[j, :n_j] + g.A[j, :n_j], s.alpha / s.mu)
+                else:
+                    out[c] = np.zeros((n_j, self.n))
         return out
 
     # ------------------------------------------------------------------ round
@@ -300,15 +315,25 @@ class FedEPCohort:
             runs = np.flatnonzero(np.diff(np.concatenate([[0], sel.astype(np.int8), [0]])))
             kb = max(1, chunk // m)
             rb = m if kb > 1 else min(m, chunk)
+            s = self.settings
             for a, b in zip(runs[::2], runs[1::2], strict=True):
                 for k0 in range(a, b, kb):
                     ks = slice(k0, min(b, k0 + kb))
                     W = self.W[g.clients[ks]]
+                    WT = np.ascontiguousarray(np.swapaxes(W, 1, 2))
                     for r0 in range(0, m, rb):
                         rows = slice(r0, min(m, r0 + rb))
-                        acc[:, ks] += self._block(
-                            g.X[ks, rows], g.S[ks, rows], g.U[ks, rows], g.A[ks, rows], W, G[ks]
-                        )
+                        if self._fused is not None:
+                            self._fused(
+                                g.X, g.U, g.A, WT, k0, r0, rows.stop, g.lengths,
+                                s.alpha, s.mu, acc[:, ks],
+                            )  # fmt: skip
+                        else:
+                            acc[:, ks] += self._block(
+                                g.X[ks, rows], g.U[ks, rows], g.A[ks, rows], W
+                            )
+                        U = g.U[ks, rows]
+                        G[ks] += np.swapaxes(U, 1, 2) @ U
             cl = g.clients[sel]
             G = G[sel]
             W = self.W[cl]
@@ -326,8 +351,8 @@ class FedEPCohort:
             buf = self._buffers[i] = np.empty(max(size, 1))
         return buf[:size].reshape(shape)
 
-    def _block(self, X, S, U, A, W, G) -> np.ndarray:
-        """S-, U- and Lam-steps on a (k, rows, n) block, in place; adds U^T U to G.
+    def _block(self, X, U, A, W) -> np.ndarray:
+        """S-, U- and Lam-steps on a (k, rows, n) block, in place (the NumPy reference).
 
         Returns the per-client sums (fit, l1, Lagrangian terms, ||R||^2), shape (4, k).
         """
@@ -336,6 +361,7 @@ class FedEPCohort:
         Wt = np.swapaxes(W, 1, 2)
         T1 = self._scratch(X.shape, 0)
         T2 = self._scratch(X.shape, 1)
+        S = self._scratch(X.shape, 2)
         # S-step: soft threshold of M = X - U + A at alpha/mu.
         np.subtract(X, U, out=T1)
         T1 += A
@@ -354,10 +380,22 @@ class FedEPCohort:
         lam = -mu * _rowdot(T2, A) + 0.5 * mu * r2
         np.subtract(T1, T2, out=U)
         A[...] = T2
-        G += np.swapaxes(U, 1, 2) @ U
         np.abs(S, out=T1)
         l1 = s.alpha * T1.sum(axis=(1, 2))
         return np.stack([fit, l1, lam, r2])
+
+
+def _resolve_kernel(kernel: str):
+    """The fused data-step kernel to use, or None for the NumPy reference."""
+    if kernel == "numpy":
+        return None
+    if kernel in ("numba", "auto"):
+        if HAVE_NUMBA:
+            return fused_data_step
+        if kernel == "numba":
+            raise ImportError("kernel='numba' needs numba: pip install numba")
+        return None
+    raise ValueError(f"kernel must be 'auto', 'numba' or 'numpy', got {kernel!r}")
 
 
 def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:

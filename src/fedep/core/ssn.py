@@ -96,18 +96,33 @@ def _eval(W, B0, t, tau, Lam):
     return B, D, E
 
 
-def _jacobian(W, B, t, tau):
-    """Generalised Jacobian of E in vech coordinates, shape (d, m, m)."""
-    d, n, r = W.shape
+# Up to this rank the Jacobian is assembled by small dense maps (fast for the usual
+# r <= 8); above it the gather form below needs far less memory and work.
+_DENSE_MAP_MAX_RANK = 8
+
+
+@lru_cache(maxsize=16)
+def _dense_maps(r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fixed linear maps of the Jacobian in vech coordinates for rank ``r``.
+
+    ``K`` (r*r, m*m) takes ``vec(A)`` to term 1 (``H -> A H + H A``, as the gather
+    form of :func:`_jacobian_gather` computes it); ``L`` (r*r, m) takes ``vec(Q)``
+    to ``vech(sym(Q))``, and ``Lw`` is ``L`` with the off-diagonal weights folded in.
+    """
     ia, ib, wgt = _vech_index(r)
-    nrm = np.linalg.norm(B, axis=-1)  # (d, n)
-    active = nrm > tau[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = np.where(active, tau[:, None] / nrm, 0.0)
-    a = np.where(active, 1.0 - c, 0.0)
-    # Term 1: A H + H A with A = W^T diag(a) W, for the basis E_p = e_i e_j^T + e_j e_i^T
-    # (e_i e_i^T when i == j): entry (a, b) of A E_p + E_p A, gathered for all (q, p).
-    A = _T(W) @ (a[..., None] * W)  # (d, r, r)
+    m = ia.size
+    eye = np.eye(r * r).reshape(r * r, r, r)
+    K = _term1(eye, ia, ib).reshape(r * r, m * m)
+    L = np.zeros((r * r, m))
+    L[ia * r + ib, np.arange(m)] += 0.5
+    L[ib * r + ia, np.arange(m)] += 0.5
+    return K, L, L * (2.0 * wgt)
+
+
+def _term1(A, ia, ib):
+    """Matrix of ``H -> A H + H A`` in vech coordinates, for a stack of ``A``."""
+    # Basis E_p = e_i e_j^T + e_j e_i^T (e_i e_i^T when i == j): entry (a, b) of
+    # A E_p + E_p A, gathered for all (q, p).
     qa, qb = ia[:, None], ib[:, None]
     pi, pj = ia[None, :], ib[None, :]
     J1 = (
@@ -117,12 +132,41 @@ def _jacobian(W, B, t, tau):
         + A[:, pi, qb] * (qa == pj)
     )
     J1 *= np.where(ia == ib, 0.5, 1.0)[None, None, :]
-    # Term 2: sum_j c_j (symQ_j : H) vech(2 symQ_j), Q_j = w_j^T bhat_j.
+    return J1
+
+
+def _jacobian(W, B, t, tau):
+    """Generalised Jacobian of E in vech coordinates, shape (d, m, m).
+
+    With ``a_j = 1 - tau/||b_j||`` and ``c_j = tau/||b_j||`` on active rows (0 on
+    rows cut to zero), it is ``t`` times term 1, ``H -> A H + H A`` with
+    ``A = W^T diag(a) W``, plus term 2, ``sum_j c_j (sym(Q_j) : H) vech(2 sym(Q_j))``
+    with ``Q_j = w_j^T bhat_j``.
+    """
+    d, n, r = W.shape
+    nrm = np.sqrt(np.einsum("dnr,dnr->dn", B, B))
+    active = nrm > tau[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        Bh = np.where(active[..., None], B / nrm[..., None], 0.0)
-    u = 0.5 * (W[..., ia] * Bh[..., ib] + W[..., ib] * Bh[..., ia])  # (d, n, m)
-    J2 = 2.0 * (np.swapaxes(u, 1, 2) * c[:, None, :]) @ (u * wgt)
-    return t[:, None, None] * (J1 + J2)
+        c = np.where(active, tau[:, None] / nrm, 0.0)
+        # Rows of B scaled by sqrt(c)/||b||, so term 2 is one Gram product.
+        f = np.where(active, np.sqrt(c) / nrm, 0.0)
+    a = np.where(active, 1.0 - c, 0.0)
+    A = _T(W) @ (a[..., None] * W)  # (d, r, r)
+    ia, ib, wgt = _vech_index(r)
+    if r <= _DENSE_MAP_MAX_RANK:
+        K, L, Lw = _dense_maps(r)
+        m = L.shape[1]
+        J = (A.reshape(d, r * r) @ K).reshape(d, m, m)
+        Q = (W[..., :, None] * (B * f[..., None])[..., None, :]).reshape(d * n, r * r)
+        u = (Q @ L).reshape(d, n, m)  # rows: sqrt(c_j) vech(sym(Q_j))
+        J += _T(u) @ (u * (2.0 * wgt))
+    else:
+        J = _term1(A, ia, ib)
+        Bh = B * f[..., None]
+        u = 0.5 * (W[..., ia] * Bh[..., ib] + W[..., ib] * Bh[..., ia])  # (d, n, m)
+        J += 2.0 * _T(u) @ (u * wgt)
+    J *= t[:, None, None]
+    return J
 
 
 def ssn_direction(

@@ -144,4 +144,3 @@ def standardization_from_moments(
     constant = std <= eps * (1.0 + np.abs(moments.mean))
     scale = np.where(constant, 1.0, std)
     return moments.mean.copy(), scale, constant
-
