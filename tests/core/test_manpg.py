@@ -1,6 +1,7 @@
 """ManPG W-step: descent, stationarity and the eigenvector special case."""
 
 import numpy as np
+import pytest
 
 from fedep.core.manpg import manpg_w_step, w_objective
 from fedep.core.ssn import ssn_direction
@@ -12,7 +13,8 @@ def _gram(rng, N=200, n=12, decay=0.7):
     return X, (X.T @ X)[None]
 
 
-def test_objective_never_increases_over_iterations():
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_objective_never_increases_over_iterations(kernel):
     rng = np.random.default_rng(0)
     _, G = _gram(rng)
     W0 = random_stiefel(12, 3, rng, (1,))
@@ -20,28 +22,32 @@ def test_objective_never_increases_over_iterations():
     prev = w_objective(G, W0, Z, np.array([2.0]), np.array([5.0]))[0]
     W, Lam = W0, None
     for _ in range(15):
-        res = manpg_w_step(G, W, Z, np.array([2.0]), np.array([5.0]), Lam, max_iter=1)
+        res = manpg_w_step(
+            G, W, Z, np.array([2.0]), np.array([5.0]), Lam, max_iter=1, kernel=kernel
+        )
         assert res.F[0] <= prev + 1e-9 * abs(prev)
         assert np.allclose(res.W[0].T @ res.W[0], np.eye(3), atol=1e-10)
         prev, W, Lam = res.F[0], res.W, res.Lam
 
 
-def test_plain_pca_subproblem_reaches_top_eigenspace():
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_plain_pca_subproblem_reaches_top_eigenspace(kernel):
     rng = np.random.default_rng(1)
     X, G = _gram(rng)
     W0 = random_stiefel(12, 3, rng, (1,))
-    res = manpg_w_step(G, W0, W0, np.zeros(1), np.zeros(1), max_iter=3000, tol=1e-13)
+    res = manpg_w_step(G, W0, W0, np.zeros(1), np.zeros(1), max_iter=3000, tol=1e-13, kernel=kernel)
     top = np.linalg.svd(X, full_matrices=False)[2][:3].T
     assert projector_distance(res.W[0], top) <= 1e-7
 
 
-def test_stationary_point_has_zero_direction():
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_stationary_point_has_zero_direction(kernel):
     rng = np.random.default_rng(2)
     _, G = _gram(rng)
     W0 = random_stiefel(12, 2, rng, (1,))
     Z = random_stiefel(12, 2, rng, (1,))
     beta, nu = np.array([1.0]), np.array([3.0])
-    res = manpg_w_step(G, W0, Z, beta, nu, max_iter=5000, tol=1e-10)
+    res = manpg_w_step(G, W0, Z, beta, nu, max_iter=5000, tol=1e-10, kernel=kernel)
     W = res.W
     grad = -2 * G @ W + nu[:, None, None] * (W - Z)
     t = 1.0 / (2 * np.linalg.eigvalsh(G)[:, -1] + nu)
@@ -50,11 +56,53 @@ def test_stationary_point_has_zero_direction():
     assert np.linalg.norm(D) / t[0] <= 1e-6 * (1 + np.linalg.norm(grad))
 
 
-def test_l21_weight_sparsifies_rows():
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_l21_weight_sparsifies_rows(kernel):
     rng = np.random.default_rng(3)
     _, G = _gram(rng, decay=0.5)
     W0 = random_stiefel(12, 2, rng, (1,))
-    dense = manpg_w_step(G, W0, W0, np.zeros(1), np.zeros(1), max_iter=500)
-    sparse = manpg_w_step(G, W0, W0, np.array([20.0]), np.zeros(1), max_iter=500)
+    dense = manpg_w_step(G, W0, W0, np.zeros(1), np.zeros(1), max_iter=500, kernel=kernel)
+    sparse = manpg_w_step(G, W0, W0, np.array([20.0]), np.zeros(1), max_iter=500, kernel=kernel)
     zero_rows = lambda W: int(np.sum(np.linalg.norm(W[0], axis=1) < 1e-12))  # noqa: E731
     assert zero_rows(sparse.W) > zero_rows(dense.W)
+
+
+@pytest.mark.parametrize(
+    ("n", "r", "beta", "nu", "retraction"),
+    [
+        (12, 3, 2.0, 5.0, "polar"),
+        (12, 3, 2.0, 5.0, "qr"),
+        (30, 5, 0.5, 1.0, "polar"),
+        (8, 1, 0.0, 0.0, "polar"),  # plain PCA, rank one
+        (20, 10, 1.0, 2.0, "polar"),  # above the dense-map rank of the NumPy SSN
+        (15, 4, 40.0, 1.0, "qr"),  # large beta: rows cut to zero
+    ],
+)
+def test_compiled_w_step_matches_numpy_reference(n, r, beta, nu, retraction):
+    # Several clients with different data, targets and warm starts in one call.
+    rng = np.random.default_rng(n * 100 + r)
+    d = 6
+    G = np.stack([_gram(rng, n=n, decay=rng.uniform(0.5, 0.9))[1][0] for _ in range(d)])
+    W0 = random_stiefel(n, r, rng, (d,))
+    Z = W0 + 0.3 * rng.standard_normal((d, n, r))
+    betas = beta * rng.uniform(0.5, 1.5, d)
+    nus = nu * rng.uniform(0.5, 1.5, d)
+    out = {
+        k: manpg_w_step(G, W0, Z, betas, nus, max_iter=25, retraction=retraction, kernel=k)
+        for k in ("numpy", "numba")
+    }
+    a, b = out["numpy"], out["numba"]
+    assert np.allclose(a.W, b.W, atol=1e-8)
+    assert np.allclose(a.F, b.F, rtol=1e-10, atol=1e-10)
+    assert np.allclose(a.Lam, b.Lam, atol=1e-6)
+    assert np.all(np.abs(a.n_iter - b.n_iter) <= 1)
+    assert np.all(np.abs(a.ssn_iter - b.ssn_iter) <= 2)
+    assert np.allclose(np.swapaxes(b.W, 1, 2) @ b.W, np.eye(r), atol=1e-10)
+
+
+def test_unknown_kernel_is_rejected():
+    rng = np.random.default_rng(0)
+    _, G = _gram(rng)
+    W0 = random_stiefel(12, 2, rng, (1,))
+    with pytest.raises(ValueError, match="kernel"):
+        manpg_w_step(G, W0, W0, np.zeros(1), np.zeros(1), kernel="fortran")

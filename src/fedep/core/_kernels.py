@@ -20,6 +20,8 @@ multiplier terms ``mu <a', R> + mu/2 ||R||^2`` and ``||R||^2`` of ``R = a' - a``
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 try:
@@ -27,30 +29,56 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     numba = None
 
-__all__ = ["HAVE_NUMBA", "fused_data_step"]
+__all__ = [
+    "HAVE_NUMBA",
+    "fused_data_step",
+    "fedpg_clients",
+    "manpg_clients",
+    "pick",
+    "vech_maps",
+]
 
 HAVE_NUMBA = numba is not None
+
+
+def pick(kernel: str, name: str):
+    """The compiled function ``name`` of this module, or None for the NumPy path.
+
+    ``kernel`` is a settings value: ``"numpy"`` (always None), ``"numba"`` (the
+    compiled function; ImportError without numba) or ``"auto"`` (compiled when numba
+    is installed).
+    """
+    if kernel not in ("auto", "numba", "numpy"):
+        raise ValueError(f"kernel must be 'auto', 'numba' or 'numpy', got {kernel!r}")
+    if kernel == "numpy":
+        return None
+    if not HAVE_NUMBA:
+        if kernel == "numba":
+            raise ImportError("kernel='numba' needs numba: pip install numba")
+        return None
+    return globals()[name]
+
 
 # Reassociation lets LLVM vectorise the per-record dot products; no flag assumes
 # finite values, so a NaN would still propagate (inputs are validated upstream).
 _FASTMATH = {"reassoc", "contract", "nsz"}
 
 
-def _fused_data_step(X, U, A, WT, k0, r0, r1, lengths, alpha, mu, out):  # pragma: no cover
+def _fused_data_step(X, U, A, WT, k0, k1, r0, r1, lengths, alpha, mu, out):  # pragma: no cover
+    # Clients k0..k1-1 of a padded group, rows r0..r1-1; WT[g] = W_g^T, out (4, k).
     # Compiled by numba; coverage cannot see inside.
-    kq, r, n = WT.shape
+    _, r, n = WT.shape
     thr = alpha / mu
     c = 2.0 / (mu + 2.0)
     z = np.empty(n)
     pb = np.empty(n)
-    for q in range(kq):
-        g = k0 + q
+    for g in range(k0, k1):
         hi = min(r1, lengths[g])
         fit = 0.0
         l1 = 0.0
         lam = 0.0
         r2 = 0.0
-        w = WT[q]
+        w = WT[g]
         for i in range(r0, hi):
             x = X[g, i]
             u = U[g, i]
@@ -83,10 +111,10 @@ def _fused_data_step(X, U, A, WT, k0, r0, r1, lengths, alpha, mu, out):  # pragm
                 lam += an * rr
                 u[j] = yv - an
                 a[j] = an
-        out[0, q] += fit
-        out[1, q] += alpha * l1
-        out[2, q] += mu * lam + 0.5 * mu * r2
-        out[3, q] += r2
+        out[0, g] += fit
+        out[1, g] += alpha * l1
+        out[2, g] += mu * lam + 0.5 * mu * r2
+        out[3, g] += r2
 
 
 if HAVE_NUMBA:
@@ -95,3 +123,493 @@ if HAVE_NUMBA:
     )
 else:  # pragma: no cover
     fused_data_step = None
+
+
+# ----------------------------------------------------------------------------------
+# ManPG W-step, one client at a time (mirrors fedep.core.manpg / fedep.core.ssn).
+#
+# The NumPy W-step batches clients, but its arrays are tiny (n x r, r x r), so at
+# hundreds of clients it is bound by per-call overhead, not arithmetic. Compiled, the
+# same iteration runs client by client with no temporaries. Every branch below
+# follows the NumPy reference line for line, so the two agree to rounding (tested).
+#
+# Layout: the compiled W-step holds every n x r matrix transposed, r x n (a trailing
+# "T" in the name: WT = W^T), so that every inner loop runs over the n features in
+# contiguous memory and vectorises; G is symmetric, so its rows serve as columns.
+
+
+@lru_cache(maxsize=16)
+def vech_maps(r: int) -> tuple[np.ndarray, ...]:
+    """Index maps of the vech coordinates for rank ``r`` (inputs of manpg_clients).
+
+    ``ia, ib, wgt`` as in :func:`fedep.core.ssn._vech_index`; ``T1`` (m, m, 4) holds,
+    for each Jacobian entry (q, p), the flat indices into ``A`` (``r*r`` = a zero) of
+    the up to four terms of ``(A E_p + E_p A)[qa, qb]``; ``sc`` the 1/2 on diagonal
+    basis elements. It is the same gather as ``fedep.core.ssn._term1``.
+    """
+    ia, ib = np.triu_indices(r)
+    m = ia.size
+    wgt = np.where(ia == ib, 1.0, 2.0)
+    T1 = np.full((m, m, 4), r * r, dtype=np.int64)
+    for q in range(m):
+        qa, qb = ia[q], ib[q]
+        for p in range(m):
+            pi, pj = ia[p], ib[p]
+            terms = [
+                qa * r + pi if pj == qb else r * r,
+                qa * r + pj if pi == qb else r * r,
+                pj * r + qb if qa == pi else r * r,
+                pi * r + qb if qa == pj else r * r,
+            ]
+            T1[q, p] = terms
+    sc = np.where(ia == ib, 0.5, 1.0)
+    return ia.astype(np.int64), ib.astype(np.int64), wgt, T1, sc
+
+
+def _gw(G, WT, out):  # pragma: no cover - compiled
+    # out = W^T G  (r x n), as axpys over contiguous rows of G.
+    r, n = WT.shape
+    for p in range(r):
+        o = out[p]
+        for i in range(n):
+            o[i] = 0.0
+        for k in range(n):
+            w = WT[p, k]
+            Gk = G[k]
+            for i in range(n):
+                o[i] += w * Gk[i]
+
+
+def _objective(WT, GWT, ZT, beta, nu, nrm):  # pragma: no cover - compiled
+    # -tr(W^T G W) + nu/2 ||W - Z||^2 + beta ||W||_{2,1}
+    r, n = WT.shape
+    quad = 0.0
+    diff = 0.0
+    for i in range(n):
+        nrm[i] = 0.0
+    for p in range(r):
+        w = WT[p]
+        gw = GWT[p]
+        z = ZT[p]
+        for i in range(n):
+            quad += w[i] * gw[i]
+            dz = w[i] - z[i]
+            diff += dz * dz
+            nrm[i] += w[i] * w[i]
+    l21 = 0.0
+    for i in range(n):
+        l21 += np.sqrt(nrm[i])
+    return -quad + 0.5 * nu * diff + beta * l21
+
+
+def _eval(WT, B0T, t, tau, Lam, BT, DT, E, nrm):  # pragma: no cover - compiled
+    # B = B0 + t W Lam;  D = prox_{tau ||.||_{2,1}}(B) - W;  E = W^T D + D^T W.
+    r, n = WT.shape
+    for i in range(n):
+        nrm[i] = 0.0
+    for p in range(r):
+        b = BT[p]
+        b0 = B0T[p]
+        for i in range(n):
+            b[i] = b0[i]
+        for k in range(r):
+            lk = t * Lam[k, p]
+            w = WT[k]
+            for i in range(n):
+                b[i] += lk * w[i]
+        for i in range(n):
+            nrm[i] += b[i] * b[i]
+    for i in range(n):
+        nv = np.sqrt(nrm[i])
+        nrm[i] = 1.0 - tau / nv if nv > tau else 0.0  # the prox factor of row i
+    for p in range(r):
+        b = BT[p]
+        dp = DT[p]
+        w = WT[p]
+        for i in range(n):
+            dp[i] = nrm[i] * b[i] - w[i]
+    res = 0.0
+    for a in range(r):
+        wa = WT[a]
+        da = DT[a]
+        for b in range(a, r):
+            wb = WT[b]
+            db = DT[b]
+            acc = 0.0
+            for i in range(n):
+                acc += wa[i] * db[i] + da[i] * wb[i]
+            E[a, b] = acc
+            E[b, a] = acc
+            res += acc * acc if a == b else 2.0 * acc * acc
+    return np.sqrt(res)
+
+
+def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - compiled
+    # Row j of B with ||b_j|| > tau has c_j = tau/||b_j||, a_j = 1 - c_j (else 0, 0).
+    # Term 2 is the Gram matrix of the rows of UT, whose column j is
+    # sqrt(c_j) vech(sym(w_j bhat_j^T)); term 1 is H -> A H + H A, A = W^T diag(a) W.
+    r, n = WT.shape
+    m = wgt.size
+    for i in range(n):
+        nv = 0.0
+        for p in range(r):
+            nv += BT[p, i] * BT[p, i]
+        nv = np.sqrt(nv)
+        if nv > tau:
+            c = tau / nv
+            aa[i] = 1.0 - c
+            f[i] = 0.5 * np.sqrt(c) / nv
+        else:
+            aa[i] = 0.0
+            f[i] = 0.0
+    # vech order is the row-major upper triangle: (0, 0), (0, 1), ..., (1, 1), ...
+    Aext = np.zeros(r * r + 1)  # slot r*r stays 0 for the index map T1
+    p = 0
+    for k in range(r):
+        wk = WT[k]
+        bk = BT[k]
+        for q in range(k, r):
+            wq = WT[q]
+            bq = BT[q]
+            u = UT[p]
+            acc = 0.0
+            for i in range(n):
+                u[i] = f[i] * (wk[i] * bq[i] + wq[i] * bk[i])
+                acc += aa[i] * wk[i] * wq[i]
+            Aext[k * r + q] = acc
+            Aext[q * r + k] = acc
+            p += 1
+    for q in range(m):
+        uq = UT[q]
+        for p in range(q, m):
+            up = UT[p]
+            acc = 0.0
+            for i in range(n):
+                acc += uq[i] * up[i]
+            J[q, p] = 2.0 * acc * wgt[p]
+            J[p, q] = 2.0 * acc * wgt[q]
+    for q in range(m):
+        for p in range(m):
+            tq = T1[q, p]
+            v = Aext[tq[0]] + Aext[tq[1]] + Aext[tq[2]] + Aext[tq[3]]
+            J[q, p] = t * (J[q, p] + sc[p] * v)
+
+
+def _lu_solve(M, x):  # pragma: no cover - compiled
+    # Gaussian elimination with partial pivoting, in place (M is overwritten, x
+    # becomes the solution). LAPACK's per-call set-up costs more than the whole
+    # elimination at these sizes (m <= 36 for r <= 8).
+    m = x.size
+    for k in range(m):
+        piv = k
+        big = abs(M[k, k])
+        for i in range(k + 1, m):
+            if abs(M[i, k]) > big:
+                big = abs(M[i, k])
+                piv = i
+        if piv != k:
+            for j in range(m):
+                tmp = M[k, j]
+                M[k, j] = M[piv, j]
+                M[piv, j] = tmp
+            tmp = x[k]
+            x[k] = x[piv]
+            x[piv] = tmp
+        for i in range(k + 1, m):
+            f = M[i, k] / M[k, k]
+            if f != 0.0:
+                for j in range(k + 1, m):
+                    M[i, j] -= f * M[k, j]
+                x[i] -= f * x[k]
+    for k in range(m - 1, -1, -1):
+        acc = x[k]
+        for j in range(k + 1, m):
+            acc -= M[k, j] * x[j]
+        x[k] = acc / M[k, k]
+
+
+def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  # pragma: no cover
+    # One client's regularised SSN (fedep.core.ssn.ssn_direction); DT is the output,
+    # ws the work arrays of _ssn_workspace (allocated once per W-step, not per call).
+    r, n = WT.shape
+    m = ia.size
+    B0T, BT, BnT, DnT, E, En, Lnew, J, UT, step, nrm, f, aa = ws
+    for p in range(r):
+        for i in range(n):
+            B0T[p, i] = WT[p, i] - t * gradT[p, i]
+    res = _eval(WT, B0T, t, tau, Lam, BT, DT, E, nrm)
+    kappa = 0.1
+    n_iter = 0
+    stalls = 0
+    for _ in range(max_iter):
+        if not (res > tol and stalls < 3):
+            break
+        _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa)
+        reg = kappa * t * max(min(res, 0.2), 1e-11)
+        for p in range(m):
+            J[p, p] += reg
+            step[p] = -E[ia[p], ib[p]]
+        _lu_solve(J, step)
+        n_iter += 1
+        accepted = False
+        s = 1.0
+        for _bt in range(12):
+            for p in range(m):
+                Lnew[ia[p], ib[p]] = Lam[ia[p], ib[p]] + s * step[p]
+                Lnew[ib[p], ia[p]] = Lnew[ia[p], ib[p]]
+            rn = _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
+            if rn < (1.0 - 1e-4 * s) * res:
+                good = rn <= 0.99 * res
+                if good and s == 1.0:
+                    kappa = max(kappa / 2.0, 1e-3)
+                else:
+                    kappa = min(kappa * 2.0, 1e5)
+                Lam[:, :] = Lnew
+                BT[:, :] = BnT
+                DT[:, :] = DnT
+                E[:, :] = En
+                res = rn
+                stalls = 0
+                accepted = True
+                break
+            s *= 0.5
+        if not accepted:
+            kappa = min(kappa * 4.0, 1e5)
+            stalls += 1
+    return n_iter
+
+
+def _ssn_workspace(n, r, m):  # pragma: no cover - compiled
+    return (
+        np.empty((r, n)), np.empty((r, n)), np.empty((r, n)), np.empty((r, n)),
+        np.empty((r, r)), np.empty((r, r)), np.empty((r, r)),
+        np.empty((m, m)), np.empty((m, n)), np.empty(m),
+        np.empty(n), np.empty(n), np.empty(n),
+    )  # fmt: skip
+
+
+def _inv_sqrt_spd(M, K, V):  # pragma: no cover - compiled
+    # K = M^{-1/2} for symmetric positive definite M (overwritten), by cyclic Jacobi
+    # rotations: for r x r with r ~ 5 this is cheaper than a LAPACK call's set-up.
+    r = M.shape[0]
+    for a in range(r):
+        for b in range(r):
+            V[a, b] = 1.0 if a == b else 0.0
+    for _sweep in range(100):
+        off = 0.0
+        diag = 0.0
+        for a in range(r):
+            diag += M[a, a] * M[a, a]
+            for b in range(a + 1, r):
+                off += M[a, b] * M[a, b]
+        if off <= 1e-32 * diag:
+            break
+        for a in range(r - 1):
+            for b in range(a + 1, r):
+                if M[a, b] == 0.0:
+                    continue
+                theta = (M[b, b] - M[a, a]) / (2.0 * M[a, b])
+                tt = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
+                if theta < 0.0:
+                    tt = -tt
+                c = 1.0 / np.sqrt(tt * tt + 1.0)
+                sn = tt * c
+                for k in range(r):
+                    mka = M[k, a]
+                    mkb = M[k, b]
+                    M[k, a] = c * mka - sn * mkb
+                    M[k, b] = sn * mka + c * mkb
+                for k in range(r):
+                    mak = M[a, k]
+                    mbk = M[b, k]
+                    M[a, k] = c * mak - sn * mbk
+                    M[b, k] = sn * mak + c * mbk
+                for k in range(r):
+                    vka = V[k, a]
+                    vkb = V[k, b]
+                    V[k, a] = c * vka - sn * vkb
+                    V[k, b] = sn * vka + c * vkb
+    for a in range(r):
+        for b in range(r):
+            acc = 0.0
+            for k in range(r):
+                acc += V[a, k] * V[b, k] / np.sqrt(M[k, k])
+            K[a, b] = acc
+
+
+def _retract(WT, DT, s, retraction, outT, tmp, M, K, V):  # pragma: no cover - compiled
+    r, n = WT.shape
+    for p in range(r):
+        for i in range(n):
+            outT[p, i] = WT[p, i] + s * DT[p, i]
+    if retraction == 0:
+        # Polar factor A (A^T A)^{-1/2}, from the r x r Gram matrix.
+        for a in range(r):
+            for b in range(a, r):
+                acc = 0.0
+                for i in range(n):
+                    acc += outT[a, i] * outT[b, i]
+                M[a, b] = acc
+                M[b, a] = acc
+        _inv_sqrt_spd(M, K, V)
+        for p in range(r):
+            for i in range(n):
+                tmp[p, i] = 0.0
+            for k in range(r):
+                kk = K[k, p]
+                for i in range(n):
+                    tmp[p, i] += kk * outT[k, i]
+        outT[:, :] = tmp
+    else:
+        # Q factor with positive diagonal of R: Gram-Schmidt, orthogonalised twice.
+        for p in range(r):
+            op = outT[p]
+            for _twice in range(2):
+                for k in range(p):
+                    ok = outT[k]
+                    acc = 0.0
+                    for i in range(n):
+                        acc += ok[i] * op[i]
+                    for i in range(n):
+                        op[i] -= acc * ok[i]
+            nv = 0.0
+            for i in range(n):
+                nv += op[i] * op[i]
+            nv = np.sqrt(nv)
+            for i in range(n):
+                op[i] /= nv
+
+
+def _manpg(
+    G, W0, Z, beta, nu, Lam0, t, max_iter, tol, gamma, max_backtrack, ssn_tol,
+    ssn_max_iter, retraction, ia, ib, wgt, T1, sc, W_out, Lam_out, F_out, n_iter,
+    ssn_iter, dnorm,
+):  # fmt: skip  # pragma: no cover - compiled
+    d, n, r = W0.shape
+    WT = np.empty((r, n))
+    ZT = np.empty((r, n))
+    GWT = np.empty((r, n))
+    gradT = np.empty((r, n))
+    DT = np.empty((r, n))
+    WnT = np.empty((r, n))
+    GWnT = np.empty((r, n))
+    tmp = np.empty((r, n))
+    M = np.empty((r, r))
+    K = np.empty((r, r))
+    V = np.empty((r, r))
+    nrm = np.empty(n)
+    sws = _ssn_workspace(n, r, ia.size)
+    for q in range(d):
+        for i in range(n):
+            for p in range(r):
+                WT[p, i] = W0[q, i, p]
+                ZT[p, i] = Z[q, i, p]
+        Lam = Lam_out[q]
+        Lam[:, :] = Lam0[q]
+        tq = t[q]
+        _gw(G[q], WT, GWT)
+        F = _objective(WT, GWT, ZT, beta[q], nu[q], nrm)
+        dnorm[q] = np.inf
+        n_iter[q] = 0
+        ssn_iter[q] = 0
+        for _ in range(max_iter):
+            gn = 0.0
+            for p in range(r):
+                for i in range(n):
+                    g = -2.0 * GWT[p, i] + nu[q] * (WT[p, i] - ZT[p, i])
+                    gradT[p, i] = g
+                    gn += g * g
+            ssn_iter[q] += _ssn(
+                WT, gradT, tq, tq * beta[q], Lam, ssn_tol, ssn_max_iter, ia, ib, wgt, T1, sc,
+                DT, sws,
+            )  # fmt: skip
+            Dn2 = 0.0
+            for p in range(r):
+                for i in range(n):
+                    Dn2 += DT[p, i] * DT[p, i]
+            dnorm[q] = np.sqrt(Dn2) / tq
+            if dnorm[q] <= tol * (1.0 + np.sqrt(gn)):
+                break
+            n_iter[q] += 1
+            s = 1.0
+            done = False
+            for _bt in range(max_backtrack):
+                _retract(WT, DT, s, retraction, WnT, tmp, M, K, V)
+                _gw(G[q], WnT, GWnT)
+                Fn = _objective(WnT, GWnT, ZT, beta[q], nu[q], nrm)
+                if Fn <= F - s / (2.0 * tq) * Dn2 + 1e-14 * abs(F):
+                    WT[:, :] = WnT
+                    GWT[:, :] = GWnT
+                    F = Fn
+                    done = True
+                    break
+                s *= gamma
+            if not done:
+                # No measurable descent in floating point: converged (as the reference).
+                break
+        for i in range(n):
+            for p in range(r):
+                W_out[q, i, p] = WT[p, i]
+        F_out[q] = F
+
+
+def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs):  # pragma: no cover - compiled
+    # FedPG's local epochs for every client, in place on W (fedep.core.fedpg):
+    # g = (-2 C W + Y + rho (W - Z)) / N_i,  W <- qf(W - lr (I - W W^T) g).
+    d, n, r = W.shape
+    WT = np.empty((r, n))
+    CWT = np.empty((r, n))
+    gT = np.empty((r, n))
+    outT = np.empty((r, n))
+    WtG = np.empty((r, r))
+    tmp = np.empty((r, n))
+    M = np.empty((r, r))
+    K = np.empty((r, r))
+    V = np.empty((r, r))
+    for q in range(d):
+        for i in range(n):
+            for p in range(r):
+                WT[p, i] = W[q, i, p]
+        for _ in range(epochs):
+            _gw(C[q], WT, CWT)
+            for p in range(r):
+                for i in range(n):
+                    gT[p, i] = inv_n[q] * (
+                        -2.0 * CWT[p, i] + Y[q, i, p] + rho * (WT[p, i] - Z[i, p])
+                    )
+            # Riemannian gradient (I - W W^T) g, then the step -lr * rg.
+            for a in range(r):
+                for b in range(r):
+                    acc = 0.0
+                    for i in range(n):
+                        acc += WT[a, i] * gT[b, i]
+                    WtG[a, b] = acc
+            for p in range(r):
+                for i in range(n):
+                    acc = gT[p, i]
+                    for k in range(r):
+                        acc -= WT[k, i] * WtG[k, p]
+                    gT[p, i] = -lr[q] * acc
+            _retract(WT, gT, 1.0, 1, outT, tmp, M, K, V)
+            WT[:, :] = outT
+        for i in range(n):
+            for p in range(r):
+                W[q, i, p] = WT[p, i]
+
+
+if HAVE_NUMBA:
+    _jit = numba.njit(cache=True, nogil=True, fastmath=_FASTMATH, error_model="numpy")
+    _gw = _jit(_gw)
+    _objective = _jit(_objective)
+    _eval = _jit(_eval)
+    _jacobian = _jit(_jacobian)
+    _lu_solve = _jit(_lu_solve)
+    _ssn = _jit(_ssn)
+    _ssn_workspace = _jit(_ssn_workspace)
+    _inv_sqrt_spd = _jit(_inv_sqrt_spd)
+    _retract = _jit(_retract)
+    manpg_clients = _jit(_manpg)
+    fedpg_clients = _jit(_fedpg)
+else:  # pragma: no cover
+    manpg_clients = None
+    fedpg_clients = None

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedep.core._kernels import HAVE_NUMBA, fused_data_step
+from fedep.core import _kernels
 from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import l21_norm, prox_l1
@@ -187,7 +187,7 @@ class FedEPCohort:
         else:
             self.beta = np.full(self.d, float(beta))
             self.nu = np.full(self.d, float(nu))
-        self._fused = _resolve_kernel(settings.kernel)
+        self._fused = _kernels.pick(settings.kernel, "fused_data_step")
         if settings.use_sparse:
             # S is not state: each round's S-step reads only X, U and A, so S is
             # never stored (one array less to stream per round).
@@ -241,49 +241,53 @@ class FedEPCohort:
         """
         s = self.settings
         idx = np.arange(self.d) if clients is None else np.asarray(clients)
-        self.Pi[idx] += self.nu[idx, None, None] * (self.W[idx] - V)
-        Z = V - self.Pi[idx] / self.nu[idx, None, None]
+        # With every client taking part, index by a slice: views, not copies.
+        sel = slice(None) if clients is None else idx
+        self.Pi[sel] += self.nu[sel, None, None] * (self.W[sel] - V)
+        Z = V - self.Pi[sel] / self.nu[sel, None, None]
         res = manpg_w_step(
-            self.G[idx],
-            self.W[idx],
+            self.G[sel],
+            self.W[sel],
             Z,
-            self.beta[idx],
-            self.nu[idx],
-            self.Lam_ssn[idx],
-            t=1.0 / (2.0 * self.lmax[idx] + self.nu[idx]),
+            self.beta[sel],
+            self.nu[sel],
+            self.Lam_ssn[sel],
+            t=1.0 / (2.0 * self.lmax[sel] + self.nu[sel]),
             max_iter=s.inner_max_iter,
             tol=s.inner_tol,
             ssn_tol=s.ssn_tol,
             ssn_max_iter=s.ssn_max_iter,
             retraction=s.retraction,
+            kernel=s.kernel,
         )
-        self.W[idx] = res.W
-        self.Lam_ssn[idx] = res.Lam
+        self.W[sel] = res.W
+        self.Lam_ssn[sel] = res.Lam
         metrics = {
             "manpg_iter": res.n_iter.astype(float),
             "ssn_iter": res.ssn_iter.astype(float),
-            "l21": self.beta[idx] * l21_norm(res.W),
+            "l21": self.beta[sel] * l21_norm(res.W),
         }
         if s.use_sparse:
             dm = self._data_step(idx)
-            metrics.update({k: v[idx] for k, v in dm.items()})
-            self._refresh_lmax(idx)
+            metrics.update({k: v[sel] for k, v in dm.items()})
+            self._refresh_lmax(sel)
         else:
-            GW = self.G[idx] @ res.W
-            fit = self.trX[idx] - np.einsum("dij,dij->d", res.W, GW)
+            GW = self.G[sel] @ res.W
+            fit = self.trX[sel] - np.einsum("dij,dij->d", res.W, GW)
             metrics.update(
                 fit=fit,
                 l1=np.zeros(idx.size),
                 lam_terms=np.zeros(idx.size),
                 data_residual=np.zeros(idx.size),
                 projection=fit,
+                grad_scale=np.linalg.norm(GW, axis=(-2, -1)),
             )
-        metrics["x_norm2"] = self.trX[idx]
-        # Scale of the local gradient, for the relative dual residual of the server.
-        metrics["grad_scale"] = np.linalg.norm(self.G[idx] @ res.W, axis=(-2, -1))
-        return RoundReport(W=res.W.copy(), Pi=self.Pi[idx].copy(), nu=self.nu[idx], metrics=metrics)
+        metrics["x_norm2"] = self.trX[sel].copy()
+        return RoundReport(
+            W=res.W.copy(), Pi=self.Pi[sel].copy(), nu=self.nu[sel].copy(), metrics=metrics
+        )
 
-    def _refresh_lmax(self, idx: np.ndarray, steps: int = 2) -> None:
+    def _refresh_lmax(self, idx, steps: int = 2) -> None:
         """Power steps from the previous top eigenvector (G changes little per round).
 
         The Rayleigh quotient is a lower bound of ||G||_2, so the ManPG step may be a
@@ -298,49 +302,62 @@ class FedEPCohort:
         self.lmax[idx] = np.maximum(np.einsum("di,di->d", v, (G @ v[..., None])[..., 0]), 1e-12)
 
     def _data_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """S-, U- and dual steps of the clients ``idx``; refreshes their ``G = U^T U``.
+
+        Returns per-client metrics (length ``d``; zero for absent clients), among
+        them ``grad_scale = ||G_i W_i||``, the scale of the local gradient that the
+        server's relative dual residual divides by.
+        """
         want = np.zeros(self.d, dtype=bool)
         want[idx] = True
-        keys = ("fit", "l1", "lam_terms", "data_residual", "projection")
+        keys = ("fit", "l1", "lam_terms", "data_residual", "projection", "grad_scale")
         out = {k: np.zeros(self.d) for k in keys}
         chunk = max(1, self.settings.chunk_rows)
+        s = self.settings
         for g in self.groups:
             sel = want[g.clients]
             if not sel.any():
                 continue
             k, m = g.X.shape[0], g.X.shape[1]
-            G = np.zeros((k, self.n, self.n))
+            c0 = int(g.clients[0])
+            if np.array_equal(g.clients, np.arange(c0, c0 + k)):
+                G = self.G[c0 : c0 + k]  # accumulate in place: no copy back
+                G[sel] = 0.0
+            else:
+                G = np.zeros((k, self.n, self.n))
             acc = np.zeros((4, k))
+            WT = np.ascontiguousarray(np.swapaxes(self.W[g.clients], 1, 2))
             # Runs of consecutive participating clients, cut into cache-sized chunks
             # of about `chunk_rows` rows: every slice is a view, updated in place.
             runs = np.flatnonzero(np.diff(np.concatenate([[0], sel.astype(np.int8), [0]])))
             kb = max(1, chunk // m)
             rb = m if kb > 1 else min(m, chunk)
-            s = self.settings
             for a, b in zip(runs[::2], runs[1::2], strict=True):
                 for k0 in range(a, b, kb):
                     ks = slice(k0, min(b, k0 + kb))
-                    W = self.W[g.clients[ks]]
-                    WT = np.ascontiguousarray(np.swapaxes(W, 1, 2))
                     for r0 in range(0, m, rb):
                         rows = slice(r0, min(m, r0 + rb))
                         if self._fused is not None:
                             self._fused(
-                                g.X, g.U, g.A, WT, k0, r0, rows.stop, g.lengths,
-                                s.alpha, s.mu, acc[:, ks],
+                                g.X, g.U, g.A, WT, k0, ks.stop, r0, rows.stop, g.lengths,
+                                s.alpha, s.mu, acc,
                             )  # fmt: skip
                         else:
-                            acc[:, ks] += self._block(
-                                g.X[ks, rows], g.U[ks, rows], g.A[ks, rows], W
-                            )
+                            X, U, A = g.X[ks, rows], g.U[ks, rows], g.A[ks, rows]
+                            acc[:, ks] += self._block(X, U, A, np.swapaxes(WT[ks], 1, 2))
                         U = g.U[ks, rows]
                         G[ks] += np.swapaxes(U, 1, 2) @ U
             cl = g.clients[sel]
-            G = G[sel]
+            if not sel.all():
+                G, acc = G[sel], acc[:, sel]
             W = self.W[cl]
-            self.G[cl] = G
-            out["fit"][cl], out["l1"][cl], out["lam_terms"][cl], r2 = acc[:, sel]
+            if not np.shares_memory(G, self.G):
+                self.G[cl] = G
+            GW = G @ W
+            out["fit"][cl], out["l1"][cl], out["lam_terms"][cl], r2 = acc
             out["data_residual"][cl] = np.sqrt(r2)
-            out["projection"][cl] = np.einsum("kii->k", G) - np.einsum("kij,kij->k", W, G @ W)
+            out["projection"][cl] = np.einsum("kii->k", G) - np.einsum("kij,kij->k", W, GW)
+            out["grad_scale"][cl] = np.linalg.norm(GW, axis=(-2, -1))
         return out
 
     def _scratch(self, shape: tuple[int, ...], i: int) -> np.ndarray:
@@ -383,19 +400,6 @@ class FedEPCohort:
         np.abs(S, out=T1)
         l1 = s.alpha * T1.sum(axis=(1, 2))
         return np.stack([fit, l1, lam, r2])
-
-
-def _resolve_kernel(kernel: str):
-    """The fused data-step kernel to use, or None for the NumPy reference."""
-    if kernel == "numpy":
-        return None
-    if kernel in ("numba", "auto"):
-        if HAVE_NUMBA:
-            return fused_data_step
-        if kernel == "numba":
-            raise ImportError("kernel='numba' needs numba: pip install numba")
-        return None
-    raise ValueError(f"kernel must be 'auto', 'numba' or 'numpy', got {kernel!r}")
 
 
 def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -19,10 +19,12 @@ line-search factor gamma -> ``gamma``; T_max -> ``max_iter``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from fedep.core import _kernels
 from fedep.core.ssn import ssn_direction
 from fedep.core.stiefel import l21_norm, retract_polar, retract_qr
 
@@ -89,6 +91,7 @@ def manpg_w_step(
     ssn_tol: float = 1e-10,
     ssn_max_iter: int = 30,
     retraction: str = "polar",
+    kernel: str = "auto",
 ) -> WStepResult:
     """Run ManPG on the W-subproblem of every client in the stack.
 
@@ -116,6 +119,10 @@ def manpg_w_step(
     ssn_tol, ssn_max_iter : float, int
         Tolerance and cap of each direction solve.
     retraction : {"polar", "qr"}, default="polar"
+    kernel : {"auto", "numba", "numpy"}, default="auto"
+        ``"numba"`` runs the compiled per-client loop of :mod:`fedep.core._kernels`,
+        ``"numpy"`` this batched reference; ``"auto"`` prefers numba when installed.
+        Both take the same steps (they agree to rounding).
 
     Returns
     -------
@@ -128,8 +135,26 @@ def manpg_w_step(
     if t is None:
         t = 1.0 / np.maximum(lipschitz_bound(G, nu), 1e-12)
     t = np.broadcast_to(np.asarray(t, dtype=float), (d,))
-    W = np.array(W0, dtype=float)
     Lam = np.zeros((d, r, r)) if Lam0 is None else np.array(Lam0, dtype=float)
+    compiled = _kernels.pick(kernel, "manpg_clients")
+    if compiled is not None:
+        ia, ib, wgt, T1, sc = _kernels.vech_maps(r)
+        W = np.empty((d, n, r))
+        F = np.empty(d)
+        n_iter = np.zeros(d, dtype=np.int64)
+        ssn_iter = np.zeros(d, dtype=np.int64)
+        dnorm = np.empty(d)
+        as_f = functools.partial(np.ascontiguousarray, dtype=float)
+        compiled(
+            as_f(G), as_f(W0), as_f(Z), as_f(beta), as_f(nu), as_f(Lam), as_f(t),
+            int(max_iter), float(tol), float(gamma), int(max_backtrack), float(ssn_tol),
+            int(ssn_max_iter), 0 if retraction == "polar" else 1, ia, ib, wgt, T1, sc,
+            W, Lam, F, n_iter, ssn_iter, dnorm,
+        )  # fmt: skip
+        return WStepResult(
+            W=W, Lam=Lam, F=F, n_iter=n_iter, ssn_iter=ssn_iter, direction_norm=dnorm
+        )
+    W = np.array(W0, dtype=float)
     F = w_objective(G, W, Z, beta, nu)
     n_iter = np.zeros(d, dtype=int)
     ssn_iter = np.zeros(d, dtype=int)
