@@ -251,10 +251,13 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
     r, n = WT.shape
     m = wgt.size
     for i in range(n):
-        nv = 0.0
-        for p in range(r):
-            nv += BT[p, i] * BT[p, i]
-        nv = np.sqrt(nv)
+        aa[i] = 0.0
+    for p in range(r):
+        b = BT[p]
+        for i in range(n):
+            aa[i] += b[i] * b[i]
+    for i in range(n):
+        nv = np.sqrt(aa[i])
         if nv > tau:
             c = tau / nv
             aa[i] = 1.0 - c
@@ -328,16 +331,62 @@ def _lu_solve(M, x):  # pragma: no cover - compiled
         x[k] = acc / M[k, k]
 
 
+def _cholesky_solve(S, x):  # pragma: no cover - compiled
+    # Solve S y = x for symmetric positive definite S (lower triangle used, S
+    # overwritten by its factor), y into x. Returns False, x untouched, if a pivot is
+    # not positive.
+    m = x.size
+    for j in range(m):
+        acc = S[j, j]
+        for k in range(j):
+            acc -= S[j, k] * S[j, k]
+        if not acc > 0.0:
+            return False
+        piv = np.sqrt(acc)
+        S[j, j] = piv
+        for i in range(j + 1, m):
+            acc = S[i, j]
+            for k in range(j):
+                acc -= S[i, k] * S[j, k]
+            S[i, j] = acc / piv
+    for i in range(m):
+        acc = x[i]
+        for k in range(i):
+            acc -= S[i, k] * x[k]
+        x[i] = acc / S[i, i]
+    for i in range(m - 1, -1, -1):
+        acc = x[i]
+        for k in range(i + 1, m):
+            acc -= S[k, i] * x[k]
+        x[i] = acc / S[i, i]
+    return True
+
+
 def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  # pragma: no cover
     # One client's regularised SSN (fedep.core.ssn.ssn_direction); DT is the output,
     # ws the work arrays of _ssn_workspace (allocated once per W-step, not per call).
     r, n = WT.shape
     m = ia.size
-    B0T, BT, BnT, DnT, E, En, Lnew, J, UT, step, nrm, f, aa = ws
+    B0T, BT, BnT, DnT, E, En, Lnew, J, Sm, UT, step, step2, nrm, f, aa = ws
     for p in range(r):
         for i in range(n):
             B0T[p, i] = WT[p, i] - t * gradT[p, i]
     res = _eval(WT, B0T, t, tau, Lam, BT, DT, E, nrm)
+    # Start from sym(W^T g) (exact for tau = 0) where it beats the warm start.
+    for a in range(r):
+        for b in range(a, r):
+            acc = 0.0
+            for i in range(n):
+                acc += WT[a, i] * gradT[b, i] + gradT[a, i] * WT[b, i]
+            Lnew[a, b] = 0.5 * acc
+            Lnew[b, a] = 0.5 * acc
+    rs = _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
+    if rs < res:
+        Lam[:, :] = Lnew
+        BT[:, :] = BnT
+        DT[:, :] = DnT
+        E[:, :] = En
+        res = rs
     kappa = 0.1
     n_iter = 0
     stalls = 0
@@ -349,7 +398,17 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
         for p in range(m):
             J[p, p] += reg
             step[p] = -E[ia[p], ib[p]]
-        _lu_solve(J, step)
+        # diag(wgt) J is symmetric positive semi-definite (the Jacobian of a monotone
+        # map in vech coordinates), so the regularised system is solved by Cholesky;
+        # LU with pivoting is the fallback should rounding leave a pivot <= 0.
+        for q in range(m):
+            step2[q] = wgt[q] * step[q]
+            for p in range(m):
+                Sm[q, p] = wgt[q] * J[q, p]
+        if _cholesky_solve(Sm, step2):
+            step[:] = step2
+        else:
+            _lu_solve(J, step)
         n_iter += 1
         accepted = False
         s = 1.0
@@ -383,15 +442,55 @@ def _ssn_workspace(n, r, m):  # pragma: no cover - compiled
     return (
         np.empty((r, n)), np.empty((r, n)), np.empty((r, n)), np.empty((r, n)),
         np.empty((r, r)), np.empty((r, r)), np.empty((r, r)),
-        np.empty((m, m)), np.empty((m, n)), np.empty(m),
+        np.empty((m, m)), np.empty((m, m)), np.empty((m, n)), np.empty(m), np.empty(m),
         np.empty(n), np.empty(n), np.empty(n),
     )  # fmt: skip
 
 
 def _inv_sqrt_spd(M, K, V):  # pragma: no cover - compiled
-    # K = M^{-1/2} for symmetric positive definite M (overwritten), by cyclic Jacobi
-    # rotations: for r x r with r ~ 5 this is cheaper than a LAPACK call's set-up.
+    # K = M^{-1/2} for symmetric positive definite M (overwritten). Near the identity
+    # (every retraction of a small step) the coupled Newton-Schulz iteration
+    # converges quadratically in a few r x r products; otherwise cyclic Jacobi
+    # rotations. Both are cheaper than a LAPACK call's set-up at r ~ 5.
     r = M.shape[0]
+    dist = 0.0
+    for a in range(r):
+        for b in range(r):
+            e = M[a, b] - (1.0 if a == b else 0.0)
+            dist += e * e
+    if dist < 0.25:
+        Y = M.copy()
+        Z = np.eye(r)
+        T = np.empty((r, r))
+        P = np.empty((r, r))
+        for _ in range(20):
+            # T = (3 I - Z Y) / 2;  Y <- Y T;  Z <- T Z
+            err = 0.0
+            for a in range(r):
+                for b in range(r):
+                    acc = 0.0
+                    for k in range(r):
+                        acc += Z[a, k] * Y[k, b]
+                    e = acc - (1.0 if a == b else 0.0)
+                    err += e * e
+                    T[a, b] = -0.5 * e + (1.0 if a == b else 0.0)
+            if err <= 1e-30:
+                K[:, :] = Z
+                return
+            for a in range(r):
+                for b in range(r):
+                    acc = 0.0
+                    for k in range(r):
+                        acc += Y[a, k] * T[k, b]
+                    P[a, b] = acc
+            Y[:, :] = P
+            for a in range(r):
+                for b in range(r):
+                    acc = 0.0
+                    for k in range(r):
+                        acc += T[a, k] * Z[k, b]
+                    P[a, b] = acc
+            Z[:, :] = P
     for a in range(r):
         for b in range(r):
             V[a, b] = 1.0 if a == b else 0.0
@@ -604,6 +703,7 @@ if HAVE_NUMBA:
     _eval = _jit(_eval)
     _jacobian = _jit(_jacobian)
     _lu_solve = _jit(_lu_solve)
+    _cholesky_solve = _jit(_cholesky_solve)
     _ssn = _jit(_ssn)
     _ssn_workspace = _jit(_ssn_workspace)
     _inv_sqrt_spd = _jit(_inv_sqrt_spd)

@@ -106,7 +106,7 @@ class FedEPSettings:
     ssn_max_iter: int = 30
     retraction: str = "polar"
     max_group_rows: int = 1 << 20
-    chunk_rows: int = 4096
+    chunk_rows: int = 16384
     penalty_scaling: str = "relative"
     kernel: str = "auto"
 
@@ -322,9 +322,8 @@ class FedEPCohort:
             c0 = int(g.clients[0])
             if np.array_equal(g.clients, np.arange(c0, c0 + k)):
                 G = self.G[c0 : c0 + k]  # accumulate in place: no copy back
-                G[sel] = 0.0
             else:
-                G = np.zeros((k, self.n, self.n))
+                G = np.empty((k, self.n, self.n))
             acc = np.zeros((4, k))
             WT = np.ascontiguousarray(np.swapaxes(self.W[g.clients], 1, 2))
             # Runs of consecutive participating clients, cut into cache-sized chunks
@@ -346,7 +345,10 @@ class FedEPCohort:
                             X, U, A = g.X[ks, rows], g.U[ks, rows], g.A[ks, rows]
                             acc[:, ks] += self._block(X, U, A, np.swapaxes(WT[ks], 1, 2))
                         U = g.U[ks, rows]
-                        G[ks] += np.swapaxes(U, 1, 2) @ U
+                        if r0 == 0:  # every client's first rows: overwrite, not add
+                            np.matmul(np.swapaxes(U, 1, 2), U, out=G[ks])
+                        else:
+                            G[ks] += np.swapaxes(U, 1, 2) @ U
             cl = g.clients[sel]
             if not sel.all():
                 G, acc = G[sel], acc[:, sel]

@@ -192,7 +192,9 @@ def ssn_direction(
     tau : float or ndarray of shape (d,)
         ``t * beta``: the l2,1 threshold (>= 0; 0 gives the projected-gradient step).
     Lam0 : ndarray of shape (d, r, r), optional
-        Warm start for the multiplier (zeros if omitted).
+        Warm start for the multiplier (zeros if omitted). The solve starts from
+        ``Lam0`` or from ``sym(W^T grad)`` (the exact multiplier for ``tau = 0``),
+        whichever has the smaller residual.
     tol : float, default=1e-10
         Stop a subproblem when ``||E(Lam)||_F <= tol``.
     max_iter : int, default=50
@@ -214,6 +216,19 @@ def ssn_direction(
     B0 = W - t[:, None, None] * grad
     B, D, E = _eval(W, B0, t, tau, Lam)
     res = np.linalg.norm(E, axis=(-2, -1))
+    # sym(W^T g) is the exact multiplier when no row is shrunk (tau = 0) and close to
+    # it for small tau; start from it where it beats the warm start.
+    Ls = 0.5 * (_T(W) @ grad + _T(grad) @ W)
+    Bs, Ds, Es = _eval(W, B0, t, tau, Ls)
+    rs = np.linalg.norm(Es, axis=(-2, -1))
+    better = rs < res
+    Lam[better], B[better], D[better], E[better], res[better] = (
+        Ls[better],
+        Bs[better],
+        Ds[better],
+        Es[better],
+        rs[better],
+    )
     kappa = np.full(d, 0.1)
     n_iter = np.zeros(d, dtype=int)
     stalls = np.zeros(d, dtype=int)
