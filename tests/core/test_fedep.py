@@ -205,10 +205,11 @@ def test_fused_kernel_matches_numpy_reference(chunk_rows):
     (a, Va, ra), (b, Vb, rb) = runs["numpy"], runs["numba"]
     assert np.allclose(Va, Vb, atol=1e-10)
     assert np.allclose(a.G, b.G, rtol=1e-10, atol=1e-9)
+    assert np.allclose(a.lmax, b.lmax, rtol=1e-10)
     for ga, gb in zip(a.groups, b.groups, strict=True):
         assert np.allclose(ga.U, gb.U, atol=1e-10) and np.allclose(ga.A, gb.A, atol=1e-10)
     for ma, mb in zip(ra, rb, strict=True):
-        for key in ("fit", "l1", "lam_terms", "data_residual", "projection"):
+        for key in ("fit", "l1", "lam_terms", "data_residual", "projection", "grad_scale", "l21"):
             assert np.allclose(ma[key], mb[key], rtol=1e-9, atol=1e-9), key
     for Sa, Sb in zip(a.corruption(), b.corruption(), strict=True):
         assert np.allclose(Sa, Sb, atol=1e-10)

@@ -33,6 +33,7 @@ __all__ = [
     "HAVE_NUMBA",
     "fused_data_step",
     "fedpg_clients",
+    "gram_terms",
     "manpg_clients",
     "pick",
     "vech_maps",
@@ -696,6 +697,57 @@ def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs):  # pragma: no cover - compiled
                 W[q, i, p] = WT[p, i]
 
 
+def _gram_terms(G, W, top, steps, out):  # pragma: no cover - compiled
+    # Per client: tr(G) - tr(W^T G W), ||G W||_F, ||W||_{2,1}, and the Rayleigh
+    # quotient after `steps` power steps on `top` (updated in place); out (4, d).
+    d, n, r = W.shape
+    GW = np.empty(r)
+    v = np.empty(n)
+    for q in range(d):
+        Gq = G[q]
+        Wq = W[q]
+        tr = 0.0
+        quad = 0.0
+        gs = 0.0
+        l21 = 0.0
+        for i in range(n):
+            tr += Gq[i, i]
+            for p in range(r):
+                GW[p] = 0.0
+            for k in range(n):
+                gik = Gq[i, k]
+                for p in range(r):
+                    GW[p] += gik * Wq[k, p]
+            rn = 0.0
+            for p in range(r):
+                quad += Wq[i, p] * GW[p]
+                gs += GW[p] * GW[p]
+                rn += Wq[i, p] * Wq[i, p]
+            l21 += np.sqrt(rn)
+        t = top[q]
+        for _ in range(steps):
+            nv = 0.0
+            for i in range(n):
+                acc = 0.0
+                for k in range(n):
+                    acc += Gq[i, k] * t[k]
+                v[i] = acc
+                nv += acc * acc
+            nv = max(np.sqrt(nv), 1e-300)
+            for i in range(n):
+                t[i] = v[i] / nv
+        ray = 0.0
+        for i in range(n):
+            acc = 0.0
+            for k in range(n):
+                acc += Gq[i, k] * t[k]
+            ray += t[i] * acc
+        out[0, q] = tr - quad
+        out[1, q] = np.sqrt(gs)
+        out[2, q] = l21
+        out[3, q] = ray
+
+
 if HAVE_NUMBA:
     _jit = numba.njit(cache=True, nogil=True, fastmath=_FASTMATH, error_model="numpy")
     _gw = _jit(_gw)
@@ -710,6 +762,8 @@ if HAVE_NUMBA:
     _retract = _jit(_retract)
     manpg_clients = _jit(_manpg)
     fedpg_clients = _jit(_fedpg)
+    gram_terms = _jit(_gram_terms)
 else:  # pragma: no cover
     manpg_clients = None
     fedpg_clients = None
+    gram_terms = None

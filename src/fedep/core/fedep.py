@@ -265,52 +265,63 @@ class FedEPCohort:
         metrics = {
             "manpg_iter": res.n_iter.astype(float),
             "ssn_iter": res.ssn_iter.astype(float),
-            "l21": self.beta[sel] * l21_norm(res.W),
         }
         if s.use_sparse:
             dm = self._data_step(idx)
             metrics.update({k: v[sel] for k, v in dm.items()})
-            self._refresh_lmax(sel)
+            projection, grad_scale, l21 = self._gram_terms(sel, refresh_lmax=True)
         else:
-            GW = self.G[sel] @ res.W
-            fit = self.trX[sel] - np.einsum("dij,dij->d", res.W, GW)
-            metrics.update(
-                fit=fit,
-                l1=np.zeros(idx.size),
-                lam_terms=np.zeros(idx.size),
-                data_residual=np.zeros(idx.size),
-                projection=fit,
-                grad_scale=np.linalg.norm(GW, axis=(-2, -1)),
-            )
+            projection, grad_scale, l21 = self._gram_terms(sel, refresh_lmax=False)
+            zeros = np.zeros(idx.size)
+            metrics.update(fit=projection, l1=zeros, lam_terms=zeros, data_residual=zeros.copy())
+        metrics.update(projection=projection, grad_scale=grad_scale, l21=self.beta[sel] * l21)
         metrics["x_norm2"] = self.trX[sel].copy()
         return RoundReport(
             W=res.W.copy(), Pi=self.Pi[sel].copy(), nu=self.nu[sel].copy(), metrics=metrics
         )
 
-    def _refresh_lmax(self, idx, steps: int = 2) -> None:
-        """Power steps from the previous top eigenvector (G changes little per round).
+    def _gram_terms(self, sel, refresh_lmax: bool, steps: int = 2):
+        """``tr(G) - tr(W^T G W)``, ``||G W||`` and ``||W||_{2,1}`` per client.
 
-        The Rayleigh quotient is a lower bound of ||G||_2, so the ManPG step may be a
-        little long; its Armijo backtracking keeps every W-step a descent step.
+        ``||G W||`` is the scale of the local gradient that the server's relative dual
+        residual divides by. With ``refresh_lmax`` it also takes ``steps`` power steps
+        from the previous top eigenvector of ``G`` (which changes little per round) to
+        update ``lmax``: the Rayleigh quotient is a lower bound of ``||G||_2``, so the
+        ManPG step may be a little long; its Armijo backtracking keeps every W-step a
+        descent step.
         """
-        v = self._top[idx]
-        G = self.G[idx]
-        for _ in range(steps):
-            v = (G @ v[..., None])[..., 0]
-            v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-300)
-        self._top[idx] = v
-        self.lmax[idx] = np.maximum(np.einsum("di,di->d", v, (G @ v[..., None])[..., 0]), 1e-12)
+        G, W = self.G[sel], self.W[sel]
+        steps = steps if refresh_lmax else 0
+        fn = _kernels.pick(self.settings.kernel, "gram_terms")
+        if fn is not None:
+            d = W.shape[0]
+            out = np.empty((4, d))
+            top = np.ascontiguousarray(self._top[sel])
+            fn(np.ascontiguousarray(G), np.ascontiguousarray(W), top, steps, out)
+            projection, grad_scale, l21, lmax = out
+        else:
+            GW = G @ W
+            projection = np.einsum("kii->k", G) - np.einsum("kij,kij->k", W, GW)
+            grad_scale = np.linalg.norm(GW, axis=(-2, -1))
+            l21 = l21_norm(W)
+            top = self._top[sel]
+            for _ in range(steps):
+                top = (G @ top[..., None])[..., 0]
+                top /= np.maximum(np.linalg.norm(top, axis=1, keepdims=True), 1e-300)
+            lmax = np.einsum("di,di->d", top, (G @ top[..., None])[..., 0])
+        if refresh_lmax:
+            self._top[sel] = top
+            self.lmax[sel] = np.maximum(lmax, 1e-12)
+        return projection, grad_scale, l21
 
     def _data_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """S-, U- and dual steps of the clients ``idx``; refreshes their ``G = U^T U``.
 
-        Returns per-client metrics (length ``d``; zero for absent clients), among
-        them ``grad_scale = ||G_i W_i||``, the scale of the local gradient that the
-        server's relative dual residual divides by.
+        Returns per-client metrics (length ``d``; zero for absent clients).
         """
         want = np.zeros(self.d, dtype=bool)
         want[idx] = True
-        keys = ("fit", "l1", "lam_terms", "data_residual", "projection", "grad_scale")
+        keys = ("fit", "l1", "lam_terms", "data_residual")
         out = {k: np.zeros(self.d) for k in keys}
         chunk = max(1, self.settings.chunk_rows)
         s = self.settings
@@ -352,14 +363,10 @@ class FedEPCohort:
             cl = g.clients[sel]
             if not sel.all():
                 G, acc = G[sel], acc[:, sel]
-            W = self.W[cl]
             if not np.shares_memory(G, self.G):
                 self.G[cl] = G
-            GW = G @ W
             out["fit"][cl], out["l1"][cl], out["lam_terms"][cl], r2 = acc
             out["data_residual"][cl] = np.sqrt(r2)
-            out["projection"][cl] = np.einsum("kii->k", G) - np.einsum("kij,kij->k", W, GW)
-            out["grad_scale"][cl] = np.linalg.norm(GW, axis=(-2, -1))
         return out
 
     def _scratch(self, shape: tuple[int, ...], i: int) -> np.ndarray:
