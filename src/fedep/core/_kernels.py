@@ -168,17 +168,16 @@ def vech_maps(r: int) -> tuple[np.ndarray, ...]:
 
 
 def _gw(G, WT, out):  # pragma: no cover - compiled
-    # out = W^T G  (r x n), as axpys over contiguous rows of G.
+    # out = W^T G  (r x n): contiguous dot products of the rows of G (G symmetric).
     r, n = WT.shape
-    for p in range(r):
-        o = out[p]
-        for i in range(n):
-            o[i] = 0.0
-        for k in range(n):
-            w = WT[p, k]
-            Gk = G[k]
-            for i in range(n):
-                o[i] += w * Gk[i]
+    for i in range(n):
+        Gi = G[i]
+        for p in range(r):
+            w = WT[p]
+            acc = 0.0
+            for k in range(n):
+                acc += Gi[k] * w[k]
+            out[p, i] = acc
 
 
 def _objective(WT, GWT, ZT, beta, nu, nrm):  # pragma: no cover - compiled
@@ -700,37 +699,41 @@ def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs):  # pragma: no cover - compiled
 def _gram_terms(G, W, top, steps, out):  # pragma: no cover - compiled
     # Per client: tr(G) - tr(W^T G W), ||G W||_F, ||W||_{2,1}, and the Rayleigh
     # quotient after `steps` power steps on `top` (updated in place); out (4, d).
+    # Every inner loop is a contiguous dot product over a row of G.
     d, n, r = W.shape
-    GW = np.empty(r)
+    WT = np.empty((r, n))
     v = np.empty(n)
     for q in range(d):
         Gq = G[q]
-        Wq = W[q]
+        l21 = 0.0
+        for i in range(n):
+            rn = 0.0
+            for p in range(r):
+                wv = W[q, i, p]
+                WT[p, i] = wv
+                rn += wv * wv
+            l21 += np.sqrt(rn)
         tr = 0.0
         quad = 0.0
         gs = 0.0
-        l21 = 0.0
         for i in range(n):
-            tr += Gq[i, i]
+            Gi = Gq[i]
+            tr += Gi[i]
             for p in range(r):
-                GW[p] = 0.0
-            for k in range(n):
-                gik = Gq[i, k]
-                for p in range(r):
-                    GW[p] += gik * Wq[k, p]
-            rn = 0.0
-            for p in range(r):
-                quad += Wq[i, p] * GW[p]
-                gs += GW[p] * GW[p]
-                rn += Wq[i, p] * Wq[i, p]
-            l21 += np.sqrt(rn)
+                wp = WT[p]
+                acc = 0.0
+                for k in range(n):
+                    acc += Gi[k] * wp[k]
+                quad += wp[i] * acc
+                gs += acc * acc
         t = top[q]
         for _ in range(steps):
             nv = 0.0
             for i in range(n):
+                Gi = Gq[i]
                 acc = 0.0
                 for k in range(n):
-                    acc += Gq[i, k] * t[k]
+                    acc += Gi[k] * t[k]
                 v[i] = acc
                 nv += acc * acc
             nv = max(np.sqrt(nv), 1e-300)
@@ -738,9 +741,10 @@ def _gram_terms(G, W, top, steps, out):  # pragma: no cover - compiled
                 t[i] = v[i] / nv
         ray = 0.0
         for i in range(n):
+            Gi = Gq[i]
             acc = 0.0
             for k in range(n):
-                acc += Gq[i, k] * t[k]
+                acc += Gi[k] * t[k]
             ray += t[i] * acc
         out[0, q] = tr - quad
         out[1, q] = np.sqrt(gs)
