@@ -372,7 +372,8 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
         for i in range(n):
             B0T[p, i] = WT[p, i] - t * gradT[p, i]
     res = _eval(WT, B0T, t, tau, Lam, BT, DT, E, nrm)
-    # Start from sym(W^T g) (exact for tau = 0) where it beats the warm start.
+    # Start from the best of the warm start, sym(W^T g) (exact for tau = 0) and one
+    # Richardson step Lam - E/(2t) from it (as fedep.core.ssn.ssn_direction).
     for a in range(r):
         for b in range(a, r):
             acc = 0.0
@@ -380,13 +381,17 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
                 acc += WT[a, i] * gradT[b, i] + gradT[a, i] * WT[b, i]
             Lnew[a, b] = 0.5 * acc
             Lnew[b, a] = 0.5 * acc
-    rs = _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
-    if rs < res:
-        Lam[:, :] = Lnew
-        BT[:, :] = BnT
-        DT[:, :] = DnT
-        E[:, :] = En
-        res = rs
+    for _start in range(2):
+        rs = _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
+        if rs < res:
+            Lam[:, :] = Lnew
+            BT[:, :] = BnT
+            DT[:, :] = DnT
+            E[:, :] = En
+            res = rs
+        for a in range(r):
+            for b in range(r):
+                Lnew[a, b] -= En[a, b] / (2.0 * t)
     kappa = 0.1
     n_iter = 0
     stalls = 0

@@ -193,8 +193,9 @@ def ssn_direction(
         ``t * beta``: the l2,1 threshold (>= 0; 0 gives the projected-gradient step).
     Lam0 : ndarray of shape (d, r, r), optional
         Warm start for the multiplier (zeros if omitted). The solve starts from
-        ``Lam0`` or from ``sym(W^T grad)`` (the exact multiplier for ``tau = 0``),
-        whichever has the smaller residual.
+        whichever has the smallest residual of ``Lam0``, ``sym(W^T grad)`` (the exact
+        multiplier for ``tau = 0``) and one Richardson step ``Lam - E/(2t)`` from the
+        latter.
     tol : float, default=1e-10
         Stop a subproblem when ``||E(Lam)||_F <= tol``.
     max_iter : int, default=50
@@ -216,19 +217,23 @@ def ssn_direction(
     B0 = W - t[:, None, None] * grad
     B, D, E = _eval(W, B0, t, tau, Lam)
     res = np.linalg.norm(E, axis=(-2, -1))
-    # sym(W^T g) is the exact multiplier when no row is shrunk (tau = 0) and close to
-    # it for small tau; start from it where it beats the warm start.
+    # Start from the best of: the warm start; sym(W^T g), the exact multiplier when
+    # no row is shrunk (tau = 0); and one Richardson step from it, Lam - E/(2t)
+    # (the Jacobian is about 2t I when few rows are shrunk), which typically leaves
+    # one Newton step to do.
     Ls = 0.5 * (_T(W) @ grad + _T(grad) @ W)
-    Bs, Ds, Es = _eval(W, B0, t, tau, Ls)
-    rs = np.linalg.norm(Es, axis=(-2, -1))
-    better = rs < res
-    Lam[better], B[better], D[better], E[better], res[better] = (
-        Ls[better],
-        Bs[better],
-        Ds[better],
-        Es[better],
-        rs[better],
-    )
+    for _start in range(2):
+        Bs, Ds, Es = _eval(W, B0, t, tau, Ls)
+        rs = np.linalg.norm(Es, axis=(-2, -1))
+        better = rs < res
+        Lam[better], B[better], D[better], E[better] = (
+            Ls[better],
+            Bs[better],
+            Ds[better],
+            Es[better],
+        )
+        res[better] = rs[better]
+        Ls = Ls - Es / (2.0 * t[:, None, None])
     kappa = np.full(d, 0.1)
     n_iter = np.zeros(d, dtype=int)
     stalls = np.zeros(d, dtype=int)
