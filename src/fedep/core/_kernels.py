@@ -452,6 +452,16 @@ def _ssn_workspace(n, r, m):  # pragma: no cover - compiled
     )  # fmt: skip
 
 
+def _matmul_small(A, B, out):  # pragma: no cover - compiled
+    r = A.shape[0]
+    for a in range(r):
+        for b in range(r):
+            acc = 0.0
+            for k in range(r):
+                acc += A[a, k] * B[k, b]
+            out[a, b] = acc
+
+
 def _inv_sqrt_spd(M, K, V):  # pragma: no cover - compiled
     # K = M^{-1/2} for symmetric positive definite M (overwritten). Near the identity
     # (every retraction of a small step) the coupled Newton-Schulz iteration
@@ -470,31 +480,19 @@ def _inv_sqrt_spd(M, K, V):  # pragma: no cover - compiled
         P = np.empty((r, r))
         for _ in range(20):
             # T = (3 I - Z Y) / 2;  Y <- Y T;  Z <- T Z
+            _matmul_small(Z, Y, P)
             err = 0.0
             for a in range(r):
                 for b in range(r):
-                    acc = 0.0
-                    for k in range(r):
-                        acc += Z[a, k] * Y[k, b]
-                    e = acc - (1.0 if a == b else 0.0)
+                    e = P[a, b] - (1.0 if a == b else 0.0)
                     err += e * e
                     T[a, b] = -0.5 * e + (1.0 if a == b else 0.0)
             if err <= 1e-30:
                 K[:, :] = Z
                 return
-            for a in range(r):
-                for b in range(r):
-                    acc = 0.0
-                    for k in range(r):
-                        acc += Y[a, k] * T[k, b]
-                    P[a, b] = acc
+            _matmul_small(Y, T, P)
             Y[:, :] = P
-            for a in range(r):
-                for b in range(r):
-                    acc = 0.0
-                    for k in range(r):
-                        acc += T[a, k] * Z[k, b]
-                    P[a, b] = acc
+            _matmul_small(T, Z, P)
             Z[:, :] = P
     for a in range(r):
         for b in range(r):
@@ -767,6 +765,7 @@ if HAVE_NUMBA:
     _cholesky_solve = _jit(_cholesky_solve)
     _ssn = _jit(_ssn)
     _ssn_workspace = _jit(_ssn_workspace)
+    _matmul_small = _jit(_matmul_small)
     _inv_sqrt_spd = _jit(_inv_sqrt_spd)
     _retract = _jit(_retract)
     manpg_clients = _jit(_manpg)
