@@ -330,6 +330,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         Model sparse corruption ``S`` (False: ``S = 0``; ablation Cases I and III).
     penalty_scaling : {"relative", "paper"}, default="relative"
         ``"paper"`` uses ``beta`` and ``nu`` literally for every client.
+    consensus_weights : {"auto", "curvature", "samples", "uniform"}, default="auto"
+        Per-client consensus penalties ``nu_i`` and so the weights of the server's
+        V-step ``V = sum_i (nu_i W_i + Pi_i) / sum_i nu_i`` (its exact minimiser):
+        ``"curvature"`` ``nu_i = nu * ||X_i||_2^2``; ``"samples"`` ``nu_i = nu * N_i``
+        (sample-weighted; ``nu`` is then per record); ``"uniform"`` ``nu_i = nu``
+        (plain mean). ``"auto"``: ``"curvature"`` with ``penalty_scaling="relative"``,
+        ``"uniform"`` with ``"paper"``.
     n_rounds : int, default=100
         Communication-round cap.
     tol : float, default=1e-5
@@ -382,6 +389,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         nu=1.0,
         sparse_corruption=True,
         penalty_scaling="relative",
+        consensus_weights="auto",
         n_rounds=100,
         tol=1e-5,
         inner_max_iter=2,
@@ -399,6 +407,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.nu = nu
         self.sparse_corruption = sparse_corruption
         self.penalty_scaling = penalty_scaling
+        self.consensus_weights = consensus_weights
         self.n_rounds = n_rounds
         self.tol = tol
         self.inner_max_iter = inner_max_iter
@@ -420,6 +429,11 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
             raise ValueError(
                 f"penalty_scaling must be 'relative' or 'paper'; got {self.penalty_scaling!r}"
             )
+        if self.consensus_weights not in ("auto", "curvature", "samples", "uniform"):
+            raise ValueError(
+                "consensus_weights must be 'auto', 'curvature', 'samples' or 'uniform'; "
+                f"got {self.consensus_weights!r}"
+            )
         if self.sparse_corruption not in (True, False):
             raise ValueError(
                 f"sparse_corruption must be True or False; got {self.sparse_corruption!r}"
@@ -433,6 +447,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
             use_sparse=bool(self.sparse_corruption),
             inner_max_iter=int(self.inner_max_iter),
             penalty_scaling=self.penalty_scaling,
+            consensus_weights=self.consensus_weights,
         )
 
     def _fit_clients(self, blocks, rng):

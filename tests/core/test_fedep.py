@@ -218,3 +218,39 @@ def test_fused_kernel_matches_numpy_reference(chunk_rows):
 def test_unknown_kernel_is_rejected():
     with pytest.raises(ValueError, match="kernel"):
         FedEPCohort([np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, FedEPSettings(kernel="c"))
+
+
+@pytest.mark.parametrize(
+    ("scaling", "weights", "expected"),
+    [
+        ("relative", "auto", "curvature"),
+        ("paper", "auto", "uniform"),
+        ("relative", "samples", "samples"),
+        ("paper", "samples", "samples"),
+        ("relative", "uniform", "uniform"),
+        ("paper", "curvature", "curvature"),
+    ],
+)
+def test_consensus_weights_set_nu_and_the_v_step(scaling, weights, expected):
+    rng = np.random.default_rng(6)
+    blocks = [rng.standard_normal((m, 6)) * rng.uniform(0.5, 2.0) for m in (10, 40, 25)]
+    V0 = random_stiefel(6, 2, rng)
+    s = FedEPSettings(penalty_scaling=scaling, consensus_weights=weights)
+    coh = FedEPCohort(blocks, V0, 1e-3, 0.5, s)
+    sizes = np.array([10, 40, 25], dtype=float)
+    lmax = np.array([np.linalg.eigvalsh(b.T @ b)[-1] for b in blocks])
+    want = {"curvature": lmax, "samples": sizes, "uniform": np.ones(3)}[expected]
+    assert np.allclose(coh.nu, 0.5 * want)
+    rep = coh.local_round(V0)
+    V, _ = server_round("fedep", rep, V0)
+    # The V-step is the nu-weighted mean of W_i + Pi_i / nu_i: sample-weighted for
+    # "samples", the plain mean for "uniform".
+    target = rep.W + rep.Pi / rep.nu[:, None, None]
+    assert np.allclose(V, np.tensordot(want / want.sum(), target, axes=1), atol=1e-12)
+
+
+def test_unknown_consensus_weights_are_rejected():
+    with pytest.raises(ValueError, match="consensus_weights"):
+        FedEPCohort(
+            [np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, FedEPSettings(consensus_weights="x")
+        )

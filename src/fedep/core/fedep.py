@@ -101,6 +101,13 @@ class FedEPSettings:
       penalty in units of the client's largest Gram eigenvalue, the curvature of its
       data term; ADMM on the Stiefel manifold needs ``nu_i`` of that order).
 
+    ``consensus_weights`` sets the per-client consensus penalties ``nu_i``, and with
+    them the weights of the V-step ``V = sum_i (nu_i W_i + Pi_i) / sum_i nu_i``:
+    ``"curvature"`` (``nu_i = nu * ||X_i||_2^2``), ``"samples"`` (``nu_i = nu * N_i``: a
+    sample-weighted V-step; ``nu`` is then per record), ``"uniform"`` (``nu_i = nu``:
+    the plain mean), or ``"auto"``: ``"curvature"`` under ``"relative"`` scaling and
+    ``"uniform"`` under ``"paper"``.
+
     ``kernel`` picks the implementation of the per-record S-, U- and dual steps:
     ``"numba"`` (the fused kernel of :mod:`fedep.core._kernels`), ``"numpy"`` (the
     reference), or ``"auto"`` (numba when it can be imported). Both give the same
@@ -118,6 +125,7 @@ class FedEPSettings:
     max_group_rows: int = 1 << 20
     chunk_rows: int = 16384
     penalty_scaling: str = "relative"
+    consensus_weights: str = "auto"
     kernel: str = "auto"
 
 
@@ -191,12 +199,18 @@ class FedEPCohort:
         # Largest Gram eigenvalue and its vector, refreshed by power steps as G moves.
         self.lmax = np.maximum(evals[:, -1], 1e-12)
         self._top = evecs[:, :, -1].copy()
-        if settings.penalty_scaling == "relative":
-            self.beta = float(beta) * self.sizes
-            self.nu = float(nu) * self.lmax
-        else:
-            self.beta = np.full(self.d, float(beta))
-            self.nu = np.full(self.d, float(nu))
+        relative = settings.penalty_scaling == "relative"
+        self.beta = float(beta) * (self.sizes if relative else np.ones(self.d))
+        weights = settings.consensus_weights
+        if weights == "auto":
+            weights = "curvature" if relative else "uniform"
+        scale = {"curvature": self.lmax, "samples": self.sizes, "uniform": np.ones(self.d)}
+        if weights not in scale:
+            raise ValueError(
+                "consensus_weights must be 'auto', 'curvature', 'samples' or 'uniform'; "
+                f"got {weights!r}"
+            )
+        self.nu = float(nu) * scale[weights].astype(float)
         self._fused = _kernels.pick(settings.kernel, "fused_data_step")
         if settings.use_sparse:
             # S is not state: each round's S-step reads only X, U and A, so S is

@@ -87,6 +87,7 @@ def build_cohort(block: np.ndarray, V0: np.ndarray, settings: dict):
             use_sparse=bool_cfg(settings["sparse-corruption"]),
             inner_max_iter=int(settings["inner-max-iter"]),
             penalty_scaling=str(settings["penalty-scaling"]),
+            consensus_weights=str(settings["consensus-weights"]),
         ),
     )
 
@@ -183,6 +184,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
             nu=float(s["nu"]),
             sparse_corruption=bool_cfg(s["sparse-corruption"]),
             penalty_scaling=str(s["penalty-scaling"]),
+            consensus_weights=str(s["consensus-weights"]),
             inner_max_iter=int(s["inner-max-iter"]),
         )
     det.set_params(

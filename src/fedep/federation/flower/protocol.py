@@ -50,6 +50,7 @@ DEFAULT_RUN_CONFIG: dict[str, Any] = {
     "nu": 1.0,
     "sparse-corruption": True,
     "penalty-scaling": "relative",
+    "consensus-weights": "auto",
     "inner-max-iter": FedEPSettings.inner_max_iter,  # same default as FedEP()
     "lr": 0.0,  # FedPG: 0 means the per-client default step
     "rho": 0.01,

@@ -51,6 +51,7 @@ _SETTING_KEYS = (
     "nu",
     "sparse-corruption",
     "penalty-scaling",
+    "consensus-weights",
     "inner-max-iter",
     "lr",
     "rho",
