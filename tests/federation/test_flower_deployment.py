@@ -11,6 +11,7 @@ import signal
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("flwr")
@@ -82,8 +83,10 @@ def test_deployment_fedep_real_data(deployment, tmp_path, data_dir):
         m = load(tmp_path / f"gateway-{i}.fedep")  # a model `fedep score` reads
         assert m.components_.shape == (R, Xs[i].shape[1])
         assert projector_distance(m.client_components_[0].T, det.client_components_[i].T) <= 1e-8
-        s = m.decision_function(Xs[i], groups=np.full(len(Xs[i]), i))
-        assert np.isfinite(s).all() and 0.0 < np.mean(m.predict(Xs[i])) < 0.2
+        # The gateway fitted on named columns: score with the same names.
+        Xi = pd.DataFrame(Xs[i], columns=m.feature_names_in_)
+        s = m.decision_function(Xi, groups=np.full(len(Xi), i))
+        assert np.isfinite(s).all() and 0.0 < np.mean(m.predict(Xi)) < 0.2
     # Latency: deployment round vs the same round in process; bytes per client.
     dep_round = float(np.median([rec["time_s"] for rec in res.history]))
     inp_round = float(np.median([rec["time_s"] for rec in det.history_]))
