@@ -22,7 +22,10 @@ plain mean is the case of equal ``nu_i``, where ``sum_i Pi_i = 0``).
 
 Records are **rows** here (the paper's ``X_i`` is features x samples): our ``X_i`` is
 ``(N_i, n)``, ``U_i W W^T`` is the projection and ``G_i = U_i^T U_i`` is n x n. We store
-the scaled dual ``A_i = Lam_i / mu``.
+the scaled dual ``A_i = Lam_i / mu``. ``S_i`` is not state: each S-step reads only
+``X_i``, ``U_i`` and ``A_i``, so it is formed on the fly (and by
+:meth:`FedEPCohort.corruption` on request). Steps 3-5 run as one fused pass per record
+(:mod:`fedep.core._kernels`, compiled) or as NumPy expressions (the reference).
 
 Notation table (paper -> code):
 
@@ -30,7 +33,7 @@ Notation table (paper -> code):
 paper      code                   shape / meaning
 =========  =====================  ============================================
 X_i        ``X``                  (N_i, n) client records (padded groups)
-S_i        ``S``                  (N_i, n) sparse corruption
+S_i        ``S``                  (N_i, n) sparse corruption (not stored: see below)
 U_i        ``U``                  (N_i, n) auxiliary ``X_i - S_i``
 Lambda_i   ``mu * A``             (N_i, n) multiplier of ``X - S - U = 0``
 W_i        ``W``                  (d, n, r) personalised bases
