@@ -186,6 +186,37 @@ def test_evaluate_json(files, capsys):
     assert set(res["per_class_recall"]) == {"normal", "scan", "dos"}
 
 
+def test_evaluate_personalised_matches_predict(files, capsys):
+    args = ["evaluate", "--model", str(files.model), "--test", str(files.test)]
+    args += ["--label-column", "label", "--normal-label", "normal", "--json"]
+    assert main([*args, "--client-column", "host"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    det = fedep.load(files.model)
+    df = pd.read_csv(files.test)
+    groups = df["host"].to_numpy(dtype=str)
+    y = (df["label"] != "normal").to_numpy(dtype=int)
+    pred = det.predict(df[FEATURES], groups)
+    assert res["model"]["tp"] == int(np.sum((pred == 1) & (y == 1)))
+    assert res["model"]["fp"] == int(np.sum((pred == 1) & (y == 0)))
+    assert res["model"]["threshold"] is None  # one threshold per gateway
+    assert res["personalised"] == {
+        "client_column": "host",
+        "rows_of_known_clients": 60,
+        "rows_scored_globally": 0,
+    }
+    assert main(args) == 0  # without the column: the global basis and threshold
+    glob = json.loads(capsys.readouterr().out)
+    assert glob["personalised"] is None
+    assert glob["model"]["threshold"] == pytest.approx(det.threshold_)
+
+
+def test_evaluate_client_column_needs_test_table(files, capsys):
+    args = ["evaluate", "--model", str(files.model), "--dataset", "nsl-kdd"]
+    rc = main([*args, "--client-column", "host"])
+    assert rc != 0
+    assert "--client-column" in _one_error_line(capsys)
+
+
 def test_evaluate_table(files, capsys):
     args = ["evaluate", "--model", str(files.model), "--test", str(files.test)]
     assert main([*args, "--label-column", "label", "--normal-label", "normal"]) == 0

@@ -236,7 +236,13 @@ class BaseFederatedDetector(BaseEstimator):
         """
         return self._apply(X, groups, feature_contributions)
 
-    def _thresholds(self, groups, n):
+    def row_thresholds(self, groups, n_samples):
+        """The threshold each record is flagged at, shape (n_samples,).
+
+        ``threshold_`` for every row without ``groups``; with ``groups``, a known
+        client's own ``client_thresholds_`` entry and ``threshold_`` for unknown ones.
+        """
+        n = n_samples
         if groups is None:
             return np.full(n, self.threshold_)
         idx = self._client_index(groups, n)
@@ -249,7 +255,7 @@ class BaseFederatedDetector(BaseEstimator):
         threshold (from its training scores under its personalised basis).
         """
         s = self.decision_function(X, groups)
-        return (s > self._thresholds(groups, s.shape[0])).astype(int)
+        return (s > self.row_thresholds(groups, s.shape[0])).astype(int)
 
     def fit_predict(self, X, y=None, groups=None):
         """Fit, then return the 0/1 labels of the training records."""

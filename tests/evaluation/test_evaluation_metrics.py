@@ -99,3 +99,16 @@ def test_format_metrics_table():
     assert lines[3] == "| c | nan |  |"
     t2 = format_metrics_table([{"x": 1, "y": 2}], columns=["y"])
     assert "x" not in t2
+
+
+def test_detection_metrics_with_per_record_thresholds():
+    y = np.array([0, 0, 1, 1, 0, 1])
+    s = np.array([0.2, 0.9, 0.8, 0.3, 0.1, 0.7])
+    thr = np.array([0.5, 0.5, 0.5, 0.25, 0.05, 0.9])  # e.g. each gateway's own
+    m = detection_metrics(y, s, thr)
+    # flagged: rows 1, 2, 3, 4 -> tp = rows 2, 3; fp = rows 1, 4; fn = row 5
+    assert (m["tp"], m["fp"], m["tn"], m["fn"]) == (2, 2, 1, 1)
+    assert np.isnan(m["threshold"])
+    assert m["roc_auc"] == detection_metrics(y, s, 0.5)["roc_auc"]  # threshold-free
+    with pytest.raises(ValueError, match="different lengths"):
+        detection_metrics(y, s, thr[:3])

@@ -91,8 +91,11 @@ def _auc_pair(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return float(roc_auc_score(y, s)), float(average_precision_score(y, s))
 
 
-def detection_metrics(y_true, scores, threshold: float) -> dict:
+def detection_metrics(y_true, scores, threshold) -> dict:
     """All detection metrics of ``scores`` flagged at ``score > threshold``.
+
+    ``threshold`` is a float, or an array with one threshold per record (e.g. each
+    gateway's own); then the returned ``threshold`` is NaN.
 
     Returns a dict with keys ``acc, pre, rec, fnr, fpr, f1`` (fractions), ``roc_auc``
     and ``pr_auc`` (threshold-free; ``pr_auc`` is average precision; both NaN when
@@ -104,12 +107,15 @@ def detection_metrics(y_true, scores, threshold: float) -> dict:
         raise ValueError("y_true and scores have different lengths")
     if np.isnan(s).any():
         raise ValueError("scores contain NaN")
-    pred = (s > threshold).astype(int)
+    thr = np.asarray(threshold, dtype=float)
+    if thr.ndim and thr.shape != s.shape:
+        raise ValueError("per-record thresholds and scores have different lengths")
+    pred = (s > thr).astype(int)
     counts = confusion_counts(y, pred)
     out: dict = dict(rates_from_counts(**counts))
     out["roc_auc"], out["pr_auc"] = _auc_pair(y, s)
     out.update(counts)
-    out["threshold"] = float(threshold)
+    out["threshold"] = float(thr) if thr.ndim == 0 else float("nan")
     return {k: out[k] for k in METRIC_KEYS}
 
 
