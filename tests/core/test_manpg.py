@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedep.core.manpg import manpg_w_step, w_objective
 from fedep.core.ssn import ssn_direction
@@ -106,3 +108,28 @@ def test_unknown_kernel_is_rejected():
     W0 = random_stiefel(12, 2, rng, (1,))
     with pytest.raises(ValueError, match="kernel"):
         manpg_w_step(G, W0, W0, np.zeros(1), np.zeros(1), kernel="fortran")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    st.integers(2, 16),
+    st.integers(1, 6),
+    st.floats(0.0, 5.0),
+    st.floats(0.0, 10.0),
+    st.integers(0, 2**31 - 1),
+)
+def test_compiled_w_step_property(n, r, beta, nu, seed):
+    # Random shapes and penalties: the compiled W-step takes the NumPy reference's steps
+    # and returns orthonormal bases with a non-increasing objective.
+    r = min(r, n)
+    rng = np.random.default_rng(seed)
+    G = np.stack([_gram(rng, N=3 * n, n=n)[1][0] for _ in range(3)])
+    W0 = random_stiefel(n, r, rng, (3,))
+    Z = W0 + 0.2 * rng.standard_normal(W0.shape)
+    b, v = np.full(3, beta), np.full(3, nu)
+    a = manpg_w_step(G, W0, Z, b, v, max_iter=3, kernel="numpy")
+    c = manpg_w_step(G, W0, Z, b, v, max_iter=3, kernel="numba")
+    assert np.allclose(a.W, c.W, atol=1e-7)
+    assert np.allclose(np.swapaxes(c.W, 1, 2) @ c.W, np.eye(r), atol=1e-10)
+    F0 = w_objective(G, W0, Z, b, v)
+    assert np.all(c.F <= F0 + 1e-9 * np.abs(F0))
