@@ -19,6 +19,10 @@ synthetic data of the same size) it measures, in one process and one run:
   (tracemalloc sees NumPy's allocations);
 - time to quality: rounds and seconds until the held-out ROC AUC (KDDTest+, used only
   to monitor convergence here) is within 0.005 of its value at the last round.
+
+``nsl_kdd`` trains on every training row (attacks included); ``nsl_kdd_clean`` on the
+normal rows only (67,343 x 34), the intended use of a detector of normal traffic;
+``synthetic`` is a planted rank-r federation of the full size.
 """
 
 from __future__ import annotations
@@ -156,6 +160,7 @@ def main(argv=None):
         "rank": a.rank,
         "rounds": a.rounds,
         "nsl_kdd": [],
+        "nsl_kdd_clean": [],
         "synthetic": [],
     }
     for d in a.clients:
@@ -165,6 +170,19 @@ def main(argv=None):
         )
         results["nsl_kdd"].append(res)
         print("nsl-kdd", json.dumps(res))
+    # The intended use: train on normal traffic only (the clean protocol), same split
+    # rule. Its time to quality says how fast a useful detector is reached.
+    normal = ds.y_train == 0
+    mean_n, std_n = ds.X_train[normal].mean(0), ds.X_train[normal].std(0)
+    std_n[std_n == 0] = 1.0
+    Xn, key_n = (ds.X_train[normal] - mean_n) / std_n, key[normal]
+    Xtn = (ds.X_test - mean_n) / std_n
+    for d in a.clients:
+        gn = partition_sorted(key_n, d)
+        order = np.argsort(gn, kind="stable")
+        res = bench(Xn[order], {d: gn[order]}, d, a.rank, a.rounds, Xtn, ds.y_test, kernel=a.kernel)
+        results["nsl_kdd_clean"].append(res)
+        print("nsl-kdd clean", json.dumps(res))
     rng = np.random.default_rng(0)
     n, r = X.shape[1], a.rank
     B = np.linalg.qr(rng.standard_normal((n, r)))[0]

@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
 
 __all__ = [
     "HAVE_NUMBA",
+    "dual_step",
     "fused_data_step",
     "fedpg_clients",
     "gram_terms",
@@ -699,6 +700,19 @@ def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs):  # pragma: no cover - compiled
                 W[q, i, p] = WT[p, i]
 
 
+def _dual_step(W, V, Pi, nu, Z):  # pragma: no cover - compiled
+    # Pi_i <- Pi_i + nu_i (W_i - V) in place, and the W-step targets Z_i = V - Pi_i/nu_i.
+    d, n, r = W.shape
+    for q in range(d):
+        nq = nu[q]
+        for i in range(n):
+            for p in range(r):
+                v = V[i, p]
+                pi = Pi[q, i, p] + nq * (W[q, i, p] - v)
+                Pi[q, i, p] = pi
+                Z[q, i, p] = v - pi / nq
+
+
 def _gram_terms(G, W, top, steps, out):  # pragma: no cover - compiled
     # Per client: tr(G) - tr(W^T G W), ||G W||_F, ||W||_{2,1}, and the Rayleigh
     # quotient after `steps` power steps on `top` (updated in place); out (4, d).
@@ -771,7 +785,9 @@ if HAVE_NUMBA:
     manpg_clients = _jit(_manpg)
     fedpg_clients = _jit(_fedpg)
     gram_terms = _jit(_gram_terms)
+    dual_step = _jit(_dual_step)
 else:  # pragma: no cover
     manpg_clients = None
     fedpg_clients = None
     gram_terms = None
+    dual_step = None

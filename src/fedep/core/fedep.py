@@ -270,8 +270,16 @@ class FedEPCohort:
         idx = np.arange(self.d) if clients is None else np.asarray(clients)
         # With every client taking part, index by a slice: views, not copies.
         sel = slice(None) if clients is None else idx
-        self.Pi[sel] += self.nu[sel, None, None] * (self.W[sel] - V)
-        Z = V - self.Pi[sel] / self.nu[sel, None, None]
+        dual = _kernels.pick(s.kernel, "dual_step")
+        if dual is not None:
+            Pi = self.Pi[sel]  # a view when every client takes part
+            Z = np.empty_like(Pi)
+            dual(self.W[sel], np.ascontiguousarray(V, dtype=float), Pi, self.nu[sel], Z)
+            if clients is not None:
+                self.Pi[idx] = Pi
+        else:
+            self.Pi[sel] += self.nu[sel, None, None] * (self.W[sel] - V)
+            Z = V - self.Pi[sel] / self.nu[sel, None, None]
         res = manpg_w_step(
             self.G[sel],
             self.W[sel],
