@@ -242,10 +242,9 @@ class BaseFederatedDetector(BaseEstimator):
         ``threshold_`` for every row without ``groups``; with ``groups``, a known
         client's own ``client_thresholds_`` entry and ``threshold_`` for unknown ones.
         """
-        n = n_samples
         if groups is None:
-            return np.full(n, self.threshold_)
-        idx = self._client_index(groups, n)
+            return np.full(n_samples, self.threshold_)
+        idx = self._client_index(groups, n_samples)
         return np.where(idx >= 0, self.client_thresholds_[np.maximum(idx, 0)], self.threshold_)
 
     def predict(self, X, groups=None):

@@ -149,9 +149,10 @@ def vech_maps(r: int) -> tuple[np.ndarray, ...]:
     the up to four terms of ``(A E_p + E_p A)[qa, qb]``; ``sc`` the 1/2 on diagonal
     basis elements. It is the same gather as ``fedep.core.ssn._term1``.
     """
-    ia, ib = np.triu_indices(r)
+    from fedep.core.ssn import _vech_index
+
+    ia, ib, wgt = _vech_index(r)
     m = ia.size
-    wgt = np.where(ia == ib, 1.0, 2.0)
     T1 = np.full((m, m, 4), r * r, dtype=np.int64)
     for q in range(m):
         qa, qb = ia[q], ib[q]

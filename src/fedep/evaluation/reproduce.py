@@ -1223,7 +1223,6 @@ def _report(res: dict, figures: dict) -> str:
                     {
                         "method": "trivial (flag all)",
                         "threshold": "-",
-                        **{f"{k.upper() if k != 'acc' else 'Acc'} %": "" for k in ()},
                         "Acc %": _one(t["acc"], True),
                         "Pre %": _one(t["pre"], True),
                         "Rec %": _one(t["rec"], True),
