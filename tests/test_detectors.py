@@ -186,7 +186,7 @@ def test_bad_groups(data):
 def test_save_load_round_trip(cls, data, tmp_path):
     det = _small(cls).fit(data.X_train, groups=data.groups_train)
     path = tmp_path / "m.fedep"
-    det.save(path)
+    fedep.save(det, path)
     back = fedep.load(path)
     assert type(back) is cls
     assert back.get_params() == det.get_params()
@@ -202,7 +202,7 @@ def test_save_load_round_trip(cls, data, tmp_path):
 def test_corrupt_and_tampered_model_files(data, tmp_path):
     det = _small(PooledPCA).fit(data.X_train, groups=data.groups_train)
     path = tmp_path / "m.fedep"
-    det.save(path)
+    fedep.save(det, path)
     raw = path.read_bytes()
     (tmp_path / "trunc.fedep").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(ModelFileError, match="trunc.fedep"):

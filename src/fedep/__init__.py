@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 _DETECTORS = ("FedEP", "FedPG", "PooledPCA", "LocalPCA", "OneShotPCA", "ABLATION_CASES")
 
-__all__ = [*_DETECTORS, "load", "__version__"]
+__all__ = [*_DETECTORS, "load", "save", "__version__"]
 
 
 def __getattr__(name):
@@ -26,8 +26,18 @@ def __getattr__(name):
     raise AttributeError(f"module 'fedep' has no attribute {name!r}")
 
 
-def load(path):
-    """Load a detector saved with ``det.save(path)`` (see :mod:`fedep.persistence`)."""
+def save(det, path, *, sign_key=None) -> None:
+    """Write a fitted detector to ``path``: versioned, checksummed, no pickle, atomic.
+
+    See :func:`fedep.persistence.save_model`.
+    """
+    from fedep.persistence import save_model
+
+    save_model(det, path, sign_key=sign_key)
+
+
+def load(path, *, verify_key=None, require_signature=False):
+    """Load a detector written by :func:`save` (see :func:`fedep.persistence.load_model`)."""
     from fedep.persistence import load_model
 
-    return load_model(path)
+    return load_model(path, verify_key=verify_key, require_signature=require_signature)

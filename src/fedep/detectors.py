@@ -18,23 +18,26 @@ returning 0 (normal) / 1 (anomaly). ``score_samples`` is the scikit-learn sign
 
 from __future__ import annotations
 
-import numbers
 import time
 import warnings
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
-from fedep.core.fedep import FedEPCohort, FedEPSettings
-from fedep.core.fedpg import FedPGCohort, FedPGSettings
+from fedep.core.cohort import cohort_spec, make_cohort
+from fedep.core.fedep import FedEPSettings
+from fedep.core.fedpg import FedPGSettings
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
-from fedep.federation.inprocess import run_inprocess
+from fedep.federation.rounds import run_rounds
+from fedep.params import validate_params
 
 __all__ = [
     "BaseFederatedDetector",
@@ -44,6 +47,7 @@ __all__ = [
     "LocalPCA",
     "OneShotPCA",
     "ABLATION_CASES",
+    "FITTED_ARRAYS",
 ]
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -54,18 +58,32 @@ ABLATION_CASES: dict[str, dict[str, Any]] = {
     "IV": {},
 }
 
+#: The arrays that make a detector fitted (and that a model file stores), with the
+#: scalars ``threshold_`` and ``n_features_in_``: see ``_set_fitted``.
+FITTED_ARRAYS = (
+    "components_",
+    "client_components_",
+    "clients_",
+    "mean_",
+    "scale_",
+    "constant_features_",
+    "client_thresholds_",
+)
 
-def _check_number(name, value, *, low=None, high=None, low_open=False, integer=False):
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind) or not np.isfinite(value):
-        raise ValueError(
-            f"{name} must be a finite {'integer' if integer else 'number'}; got {value!r}"
-        )
-    if low is not None and (value < low or (low_open and value == low)):
-        op = ">" if low_open else ">="
-        raise ValueError(f"{name} must be {op} {low}; got {value!r}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}; got {value!r}")
+_POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
+_COMMON_CONSTRAINTS: dict = {
+    "n_components": _POSITIVE_INT,
+    "standardize": ["boolean"],
+    "contamination": [Interval(Real, 0.0, 0.5, closed="right")],
+    "random_state": ["random_state"],
+}
+_FEDERATION_CONSTRAINTS: dict = {
+    "n_rounds": _POSITIVE_INT,
+    "tol": [Interval(Real, 0.0, None, closed="left")],
+    "client_fraction": [Interval(Real, 0.0, 1.0, closed="right")],
+    "init": [StrOptions({"random", "oneshot"})],
+    "callback": [callable, None],
+}
 
 
 def _check_groups(groups, n: int) -> np.ndarray:
@@ -84,18 +102,21 @@ def _check_groups(groups, n: int) -> np.ndarray:
 class BaseFederatedDetector(BaseEstimator):
     """Shared machinery: validation, federated standardisation, scoring, thresholds.
 
-    Subclasses implement ``_fit_clients(blocks, rng)`` returning the global basis
-    (n_features, n_components) and the per-client bases (d, n_features, n_components).
+    Subclasses declare ``_parameter_constraints`` (the one parameter table: see
+    :mod:`fedep.params`) and implement ``_fit_clients(blocks, rng)`` returning the
+    global basis (n_features, n_components) and the per-client bases
+    (d, n_features, n_components). A detector is fitted by :meth:`_set_fitted` (the
+    arrays of :data:`FITTED_ARRAYS`) followed by :meth:`_process_decision_scores`
+    (the threshold rule), whether by ``fit``, by a Flower gateway or by loading.
     """
 
-    #: Fitted attributes written to model files, besides components and statistics.
+    _parameter_constraints: dict = dict(_COMMON_CONSTRAINTS)
+
+    #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
     _persist_scalars: tuple[str, ...] = ()
 
-    def _validate_common(self):
-        _check_number("n_components", self.n_components, low=1, integer=True)
-        _check_number("contamination", self.contamination, low=0.0, high=0.5, low_open=True)
-        if self.standardize not in (True, False):
-            raise ValueError(f"standardize must be True or False; got {self.standardize!r}")
+    def _validate_params(self):
+        validate_params(self)
 
     def _split_clients(self, X, groups):
         n = X.shape[0]
@@ -135,8 +156,7 @@ class BaseFederatedDetector(BaseEstimator):
         -------
         self
         """
-        self._validate_common()
-        self._validate_params_extra()
+        self._validate_params()
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=True)
         if self.n_components > X.shape[1]:
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
@@ -147,42 +167,93 @@ class BaseFederatedDetector(BaseEstimator):
         mean, scale, constant = standardization_from_moments(pooled)
         if not self.standardize:
             scale = np.ones_like(scale)
+        # Set before the rounds, so that a callback can score with them.
         self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
         blocks = [(b - mean) / scale for b in blocks]
-        self.clients_ = labels
         t0 = time.perf_counter()
         V, Wc = self._fit_clients(blocks, rng)
         self.fit_time_ = time.perf_counter() - t0
-        self.components_ = V.T.copy()
-        self.client_components_ = np.swapaxes(Wc, 1, 2).copy()
-        # Thresholds from training scores only: global, and each client's own.
-        Z = (X - mean) / scale
-        self.decision_scores_ = residual_energy(Z, self.components_.T)
-        q = 1.0 - self.contamination
-        self.threshold_ = float(np.quantile(self.decision_scores_, q))
-        thr = np.empty(labels.size)
-        for i, b in enumerate(blocks):
-            thr[i] = np.quantile(residual_energy(b, self.client_components_[i].T), q)
-        self.client_thresholds_ = thr
-        self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
+        self._set_fitted(
+            components=V.T,
+            client_components=np.swapaxes(Wc, 1, 2),
+            clients=labels,
+            mean=mean,
+            scale=scale,
+            constant_features=constant,
+        )
+        self._process_decision_scores((X - mean) / scale, blocks)
         return self
 
-    # ------------------------------------------------------------------ hooks
-    def _validate_params_extra(self):
-        pass
+    # ------------------------------------------------------------------ fitted state
+    def _set_fitted(
+        self,
+        *,
+        components,
+        client_components,
+        clients,
+        mean,
+        scale,
+        constant_features,
+        feature_names=None,
+    ) -> None:
+        """Make this detector fitted: the one place the fitted arrays are set.
 
+        Parameters
+        ----------
+        components : ndarray of shape (n_components, n_features)
+            Global basis, orthonormal rows.
+        client_components : ndarray of shape (n_clients, n_components, n_features)
+        clients : ndarray of shape (n_clients,)
+        mean, scale : ndarray of shape (n_features,)
+        constant_features : ndarray of bool, shape (n_features,)
+        feature_names : sequence of str, optional
+            Sets ``feature_names_in_`` (``fit`` sets it itself from a DataFrame).
+        """
+        self.components_ = np.array(components, dtype=float)
+        self.client_components_ = np.array(client_components, dtype=float)
+        self.clients_ = np.asarray(clients)
+        self.mean_ = np.asarray(mean, dtype=float)
+        self.scale_ = np.asarray(scale, dtype=float)
+        self.constant_features_ = np.asarray(constant_features, dtype=bool)
+        self.n_features_in_ = int(self.components_.shape[1])
+        if feature_names is not None:
+            self.feature_names_in_ = np.asarray([str(c) for c in feature_names], dtype=object)
+
+    def _process_decision_scores(self, Z, blocks) -> None:
+        """The threshold rule, from training scores only (PyOD's idea of the same name).
+
+        ``decision_scores_`` are the global scores of the standardised training rows
+        ``Z`` (n_samples, n_features); ``threshold_`` their ``1 - contamination``
+        quantile; ``client_thresholds_`` the same quantile of each client's block in
+        ``blocks`` (list of (N_i, n_features), in ``clients_`` order) under its own
+        basis; ``labels_`` the training rows' 0/1 flags.
+        """
+        q = 1.0 - self.contamination
+        self.decision_scores_ = self._global_scores(Z, residual_energy)
+        self.threshold_ = float(np.quantile(self.decision_scores_, q))
+        self.client_thresholds_ = np.array(
+            [
+                np.quantile(residual_energy(b, self.client_components_[i].T), q)
+                for i, b in enumerate(blocks)
+            ]
+        )
+        self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
+
+    # ------------------------------------------------------------------ hooks
     def _fit_clients(self, blocks, rng):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _global_scores(self, Z, fn):
+        """``fn(Z, basis)`` for rows of no known client (hook: LocalPCA averages)."""
+        return fn(Z, self.components_.T)
 
     def _init_basis(self, blocks, rng):
         n = blocks[0].shape[1]
         if self.init == "random":
             return random_stiefel(n, self.n_components, rng)
-        if self.init == "oneshot":
-            return oneshot_merge(
-                [client_sketch(b, self.n_components) for b in blocks], self.n_components
-            )
-        raise ValueError(f"init must be 'random' or 'oneshot'; got {self.init!r}")
+        return oneshot_merge(
+            [client_sketch(b, self.n_components) for b in blocks], self.n_components
+        )
 
     # ------------------------------------------------------------------ scoring
     def _transform_input(self, X):
@@ -199,7 +270,7 @@ class BaseFederatedDetector(BaseEstimator):
 
     def _apply(self, X, groups, fn):
         Z = self._transform_input(X)
-        out = fn(Z, self.components_.T)
+        out = self._global_scores(Z, fn)
         if groups is None:
             return out
         idx = self._client_index(groups, Z.shape[0])
@@ -260,13 +331,6 @@ class BaseFederatedDetector(BaseEstimator):
         """Fit, then return the 0/1 labels of the training records."""
         return self.fit(X, groups=groups).labels_
 
-    # ------------------------------------------------------------------ io
-    def save(self, path):
-        """Write the fitted detector to ``path`` (versioned, checksummed, no pickle)."""
-        from fedep.persistence import save_model
-
-        save_model(self, path)
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
@@ -275,25 +339,46 @@ class BaseFederatedDetector(BaseEstimator):
 
 
 class _FederatedMixin:
-    def _run(self, cohort, method, V0, rng):
-        callback = self.callback if callable(getattr(self, "callback", None)) else None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            res = run_inprocess(
-                cohort,
-                method,
-                V0,
-                n_rounds=self.n_rounds,
-                tol=self.tol,
-                client_fraction=self.client_fraction,
-                rng=rng,
-                callback=callback,
-                warn=False,
+    """The iterative federations (FedEP, FedPG): one cohort, the one round loop."""
+
+    #: The server step of :func:`fedep.federation.server.server_round`.
+    _method = ""
+
+    def _cohort_spec(self) -> dict:  # pragma: no cover - abstract
+        """These parameters as the core's cohort specification (:mod:`fedep.core.cohort`)."""
+        raise NotImplementedError
+
+    def _make_cohort(self, blocks, V0):
+        """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
+        return make_cohort(self._cohort_spec(), blocks, V0)
+
+    def _fit_clients(self, blocks, rng):
+        V0 = self._init_basis(blocks, rng)
+        cohort = self._make_cohort(blocks, V0)
+        res = run_rounds(
+            cohort,
+            self._method,
+            V0,
+            n_rounds=self.n_rounds,
+            tol=self.tol,
+            client_fraction=self.client_fraction,
+            rng=rng,
+            on_round=self.callback,
+        )
+        self._set_federation_result(res)
+        return polar(res.V), cohort.state_arrays()["W"]
+
+    def _set_federation_result(self, res, *, warn: bool = True) -> None:
+        """History, rounds and stop reason of a federation (in-process or Flower)."""
+        if warn and res.stop_reason != "converged" and self.tol > 0:
+            why = (
+                f"at the round cap n_rounds={self.n_rounds}"
+                if res.stop_reason == "max_rounds"
+                else f"({res.stop_reason}) after {res.n_rounds} rounds"
             )
-        if res.stop_reason != "converged" and self.tol > 0:
             warnings.warn(
-                f"{type(self).__name__} stopped at the round cap n_rounds={self.n_rounds} "
-                f"before reaching tol={self.tol}; increase n_rounds or tol",
+                f"{type(self).__name__} stopped {why} before reaching tol={self.tol}; "
+                "increase n_rounds or tol",
                 ConvergenceWarning,
                 stacklevel=4,
             )
@@ -301,12 +386,6 @@ class _FederatedMixin:
         self.n_iter_ = res.n_rounds
         self.stop_reason_ = res.stop_reason
         self.consensus_ = res.V
-        return polar(res.V)
-
-    def _validate_federation(self):
-        _check_number("n_rounds", self.n_rounds, low=1, integer=True)
-        _check_number("tol", self.tol, low=0.0)
-        _check_number("client_fraction", self.client_fraction, low=0.0, high=1.0, low_open=True)
 
 
 class FedEP(_FederatedMixin, BaseFederatedDetector):
@@ -361,7 +440,10 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
-        ``callback(round, record)`` after each round (progress display).
+        ``callback(round, V, record)`` after each round, with the consensus ``V``
+        (n_features, n_components) in standardised units (``mean_`` and ``scale_``
+        are set before the first round) and the round's record (progress display,
+        per-round evaluation).
 
     Attributes
     ----------
@@ -383,6 +465,19 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     """
 
     _persist_scalars = ("n_iter_", "stop_reason_")
+    _method = "fedep"
+    _parameter_constraints: dict = {
+        **_COMMON_CONSTRAINTS,
+        **_FEDERATION_CONSTRAINTS,
+        "alpha": [Interval(Real, 0.0, None, closed="neither")],
+        "beta": [Interval(Real, 0.0, None, closed="left")],
+        "mu": [Interval(Real, 0.0, None, closed="neither")],
+        "nu": [Interval(Real, 0.0, None, closed="neither")],
+        "sparse_corruption": ["boolean"],
+        "penalty_scaling": [StrOptions({"relative", "paper"})],
+        "consensus_weights": [StrOptions({"auto", "curvature", "samples", "uniform"})],
+        "inner_max_iter": _POSITIVE_INT,
+    }
 
     def __init__(
         self,
@@ -423,30 +518,8 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.random_state = random_state
         self.callback = callback
 
-    def _validate_params_extra(self):
-        self._validate_federation()
-        _check_number("alpha", self.alpha, low=0.0, low_open=True)
-        _check_number("beta", self.beta, low=0.0)
-        _check_number("mu", self.mu, low=0.0, low_open=True)
-        _check_number("nu", self.nu, low=0.0, low_open=True)
-        _check_number("inner_max_iter", self.inner_max_iter, low=1, integer=True)
-        if self.penalty_scaling not in ("relative", "paper"):
-            raise ValueError(
-                f"penalty_scaling must be 'relative' or 'paper'; got {self.penalty_scaling!r}"
-            )
-        if self.consensus_weights not in ("auto", "curvature", "samples", "uniform"):
-            raise ValueError(
-                "consensus_weights must be 'auto', 'curvature', 'samples' or 'uniform'; "
-                f"got {self.consensus_weights!r}"
-            )
-        if self.sparse_corruption not in (True, False):
-            raise ValueError(
-                f"sparse_corruption must be True or False; got {self.sparse_corruption!r}"
-            )
-
-    def settings(self) -> FedEPSettings:
-        """The numerical settings this estimator passes to the core."""
-        return FedEPSettings(
+    def _cohort_spec(self) -> dict:
+        settings = FedEPSettings(
             alpha=float(self.alpha),
             mu=float(self.mu),
             use_sparse=bool(self.sparse_corruption),
@@ -454,12 +527,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
             penalty_scaling=self.penalty_scaling,
             consensus_weights=self.consensus_weights,
         )
-
-    def _fit_clients(self, blocks, rng):
-        V0 = self._init_basis(blocks, rng)
-        cohort = FedEPCohort(blocks, V0, self.beta, self.nu, self.settings())
-        V = self._run(cohort, "fedep", V0, rng)
-        return V, cohort.W.copy()
+        return cohort_spec("fedep", settings, beta=float(self.beta), nu=float(self.nu))
 
 
 class FedPG(_FederatedMixin, BaseFederatedDetector):
@@ -484,6 +552,14 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
     """
 
     _persist_scalars = ("n_iter_", "stop_reason_")
+    _method = "fedpg"
+    _parameter_constraints: dict = {
+        **_COMMON_CONSTRAINTS,
+        **_FEDERATION_CONSTRAINTS,
+        "lr": [Interval(Real, 0.0, None, closed="neither"), None],
+        "rho": [Interval(Real, 0.0, None, closed="left")],
+        "local_epochs": _POSITIVE_INT,
+    }
 
     def __init__(
         self,
@@ -514,23 +590,13 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.random_state = random_state
         self.callback = callback
 
-    def _validate_params_extra(self):
-        self._validate_federation()
-        if self.lr is not None:
-            _check_number("lr", self.lr, low=0.0, low_open=True)
-        _check_number("rho", self.rho, low=0.0)
-        _check_number("local_epochs", self.local_epochs, low=1, integer=True)
-
-    def _fit_clients(self, blocks, rng):
-        V0 = self._init_basis(blocks, rng)
+    def _cohort_spec(self) -> dict:
         settings = FedPGSettings(
             lr=None if self.lr is None else float(self.lr),
             rho=float(self.rho),
             local_epochs=int(self.local_epochs),
         )
-        cohort = FedPGCohort(blocks, V0, settings)
-        V = self._run(cohort, "fedpg", V0, rng)
-        return V, cohort.W.copy()
+        return cohort_spec("fedpg", settings)
 
 
 class PooledPCA(BaseFederatedDetector):
@@ -573,27 +639,9 @@ class LocalPCA(BaseFederatedDetector):
         V = local_pca(P[None], self.n_components)[0]
         return V, Wc
 
-    def _apply(self, X, groups, fn):
-        Z = self._transform_input(X)
-        out = np.mean([fn(Z, B.T) for B in self.client_components_], axis=0)
-        if groups is None:
-            return out
-        idx = self._client_index(groups, Z.shape[0])
-        for c in np.unique(idx[idx >= 0]):
-            rows = idx == c
-            out[rows] = fn(Z[rows], self.client_components_[c].T)
-        return out
-
-    def fit(self, X, y=None, groups=None):
-        super().fit(X, y, groups)
-        # Global scores are the client average, not the reference components_.
-        Z = (validate_data(self, X, dtype=np.float64, reset=False) - self.mean_) / self.scale_
-        self.decision_scores_ = np.mean(
-            [residual_energy(Z, B.T) for B in self.client_components_], axis=0
-        )
-        self.threshold_ = float(np.quantile(self.decision_scores_, 1.0 - self.contamination))
-        self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
-        return self
+    def _global_scores(self, Z, fn):
+        # A record of no known gateway: the mean of the clients' scores.
+        return np.mean([fn(Z, B.T) for B in self.client_components_], axis=0)
 
 
 class OneShotPCA(BaseFederatedDetector):
@@ -624,9 +672,14 @@ class OneShotPCA(BaseFederatedDetector):
         self.contamination = contamination
         self.random_state = random_state
 
-    def _validate_params_extra(self):
-        if self.sketch_rank is not None:
-            _check_number("sketch_rank", self.sketch_rank, low=self.n_components, integer=True)
+    _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}
+
+    def _validate_params(self):
+        super()._validate_params()
+        if self.sketch_rank is not None and self.sketch_rank < self.n_components:
+            raise ValueError(
+                f"sketch_rank must be >= n_components={self.n_components}; got {self.sketch_rank!r}"
+            )
 
     def _fit_clients(self, blocks, rng):
         k = 2 * self.n_components if self.sketch_rank is None else self.sketch_rank

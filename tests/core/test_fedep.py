@@ -6,8 +6,22 @@ import pytest
 from fedep.core.fedep import FedEPCohort, FedEPSettings, aggregate_consensus
 from fedep.core.stiefel import polar, projector_distance, prox_l1, random_stiefel
 from fedep.data import make_federated_data
-from fedep.federation.inprocess import run_inprocess
+from fedep.federation.rounds import run_rounds
 from fedep.federation.server import server_round
+
+#: The model's parameters (FedEPSettings has no defaults for them: the estimator owns them).
+_BASE = dict(
+    alpha=1.0,
+    mu=1.0,
+    use_sparse=True,
+    inner_max_iter=2,
+    penalty_scaling="relative",
+    consensus_weights="auto",
+)
+
+
+def _settings(**kw) -> FedEPSettings:
+    return FedEPSettings(**{**_BASE, **kw})
 
 
 def dense_round(X, S, U, Lam, W, mu, alpha):
@@ -29,7 +43,7 @@ def test_data_step_matches_dense_reference(kernel):
     blocks = [rng.standard_normal((m, 7)) for m in (30, 45, 12)]
     blocks[1][3, 2] += 25.0  # a gross error for S to absorb
     V0 = random_stiefel(7, 2, rng)
-    s = FedEPSettings(alpha=1.5, mu=2.0, inner_max_iter=3, kernel=kernel)
+    s = _settings(alpha=1.5, mu=2.0, inner_max_iter=3, kernel=kernel)
     coh = FedEPCohort(blocks, V0, 0.01, 1.0, s)
     state = [(b, np.zeros_like(b), b.copy(), np.zeros_like(b)) for b in blocks]
     V = V0
@@ -58,11 +72,11 @@ def test_padding_and_grouping_do_not_change_results():
     D = make_federated_data(n_clients=6, n_features=10, n_components=2, n_samples=(20, 80))
     blocks = [D.X_train[D.groups_train == i] for i in range(6)]
     V0 = random_stiefel(10, 2, np.random.default_rng(1))
-    grouped = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings(max_group_rows=10_000))
-    alone = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings(max_group_rows=1))
+    grouped = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(max_group_rows=10_000))
+    alone = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(max_group_rows=1))
     assert len(grouped.groups) < len(alone.groups) == 6
-    a = run_inprocess(grouped, "fedep", V0, n_rounds=5, tol=0)
-    b = run_inprocess(alone, "fedep", V0, n_rounds=5, tol=0)
+    a = run_rounds(grouped, "fedep", V0, n_rounds=5, tol=0)
+    b = run_rounds(alone, "fedep", V0, n_rounds=5, tol=0)
     assert np.allclose(a.V, b.V, atol=1e-10)
     assert np.allclose(grouped.W, alone.W, atol=1e-10)
 
@@ -82,8 +96,8 @@ def test_case_one_on_one_client_is_svd():
     X = rng.standard_normal((300, 10)) * 0.8 ** np.arange(10)
     X -= X.mean(0)
     V0 = random_stiefel(10, 3, rng)
-    coh = FedEPCohort([X], V0, 0.0, 1.0, FedEPSettings(use_sparse=False, inner_max_iter=10))
-    res = run_inprocess(coh, "fedep", V0, n_rounds=2000, tol=1e-12, warn=False)
+    coh = FedEPCohort([X], V0, 0.0, 1.0, _settings(use_sparse=False, inner_max_iter=10))
+    res = run_rounds(coh, "fedep", V0, n_rounds=2000, tol=1e-12)
     top = np.linalg.svd(X, full_matrices=False)[2][:3].T
     assert projector_distance(polar(res.V), top) <= 1e-6
     assert projector_distance(coh.W[0], top) <= 1e-6
@@ -113,14 +127,14 @@ def test_synthetic_federation_recovery_and_residuals(federation):
     blocks = [D.X_train[D.groups_train == i] - mean for i in range(20)]
     V0 = random_stiefel(30, 5, np.random.default_rng(0))
     tol = 1e-6
-    coh = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings(alpha=1.0, mu=3.0))
-    res = run_inprocess(coh, "fedep", V0, n_rounds=400, tol=tol)
+    coh = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(alpha=1.0, mu=3.0))
+    res = run_rounds(coh, "fedep", V0, n_rounds=400, tol=tol)
     assert res.stop_reason == "converged"
     last = res.history[-1]
     assert last["consensus_residual_rel"] <= tol and last["data_residual_rel"] <= tol
     V_fedep = polar(res.V)
-    pg = FedPGCohort(blocks, V0, FedPGSettings())
-    V_fedpg = polar(run_inprocess(pg, "fedpg", V0, n_rounds=100, tol=0).V)
+    pg = FedPGCohort(blocks, V0, FedPGSettings(lr=None, rho=0.01, local_epochs=30))
+    V_fedpg = polar(run_rounds(pg, "fedpg", V0, n_rounds=100, tol=0).V)
     V_pca = pooled_pca(np.vstack(blocks), 5)
     d_ep = projector_distance(V_fedep, D.basis)
     assert d_ep < projector_distance(V_fedpg, D.basis)
@@ -140,8 +154,8 @@ def test_augmented_lagrangian_settles_and_is_monotone_for_large_penalty(federati
     blocks = [D.X_train[D.groups_train == i] - mean for i in range(20)]
     V0 = random_stiefel(30, 5, np.random.default_rng(0))
     # Theorem 1 of the paper needs large penalties; with mu = 10 it holds here.
-    coh = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings(alpha=1.0, mu=10.0))
-    res = run_inprocess(coh, "fedep", V0, n_rounds=60, tol=0)
+    coh = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(alpha=1.0, mu=10.0))
+    res = run_rounds(coh, "fedep", V0, n_rounds=60, tol=0)
     L = np.array([r["augmented_lagrangian"] for r in res.history])
     assert np.all(np.diff(L) <= 1e-8 * abs(L[0]))
     obj = np.array([r["objective"] for r in res.history])
@@ -154,9 +168,9 @@ def test_wrong_dual_sign_breaks_feasibility(federation):
     D = federation
     blocks = [D.X_train[D.groups_train == i] - D.X_train.mean(0) for i in range(20)]
     V0 = random_stiefel(30, 5, np.random.default_rng(0))
-    good = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings(use_sparse=False))
-    r_good = run_inprocess(good, "fedep", V0, n_rounds=40, tol=0)
-    bad = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings(use_sparse=False))
+    good = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(use_sparse=False))
+    r_good = run_rounds(good, "fedep", V0, n_rounds=40, tol=0)
+    bad = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(use_sparse=False))
     V = V0
     for _ in range(40):
         # local_round adds nu (W - V); subtracting twice first nets the printed
@@ -172,7 +186,7 @@ def test_partial_participation_leaves_others_untouched(federation):
     D = federation
     blocks = [D.X_train[D.groups_train == i] for i in range(20)]
     V0 = random_stiefel(30, 5, np.random.default_rng(0))
-    coh = FedEPCohort(blocks, V0, 1e-3, 1.0, FedEPSettings())
+    coh = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings())
     W_before = coh.W.copy()
     rep = coh.local_round(V0, np.array([2, 5]))
     assert rep.W.shape[0] == 2
@@ -193,7 +207,7 @@ def test_fused_kernel_matches_numpy_reference(chunk_rows):
     V0 = random_stiefel(12, 3, np.random.default_rng(5))
     runs = {}
     for kernel in ("numpy", "numba"):
-        s = FedEPSettings(alpha=0.7, mu=2.5, chunk_rows=chunk_rows, kernel=kernel)
+        s = _settings(alpha=0.7, mu=2.5, chunk_rows=chunk_rows, kernel=kernel)
         coh = FedEPCohort(blocks, V0, 1e-3, 1.0, s)
         V, reports = V0, []
         for k in range(6):
@@ -217,7 +231,7 @@ def test_fused_kernel_matches_numpy_reference(chunk_rows):
 
 def test_unknown_kernel_is_rejected():
     with pytest.raises(ValueError, match="kernel"):
-        FedEPCohort([np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, FedEPSettings(kernel="c"))
+        FedEPCohort([np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, _settings(kernel="c"))
 
 
 @pytest.mark.parametrize(
@@ -235,7 +249,7 @@ def test_consensus_weights_set_nu_and_the_v_step(scaling, weights, expected):
     rng = np.random.default_rng(6)
     blocks = [rng.standard_normal((m, 6)) * rng.uniform(0.5, 2.0) for m in (10, 40, 25)]
     V0 = random_stiefel(6, 2, rng)
-    s = FedEPSettings(penalty_scaling=scaling, consensus_weights=weights)
+    s = _settings(penalty_scaling=scaling, consensus_weights=weights)
     coh = FedEPCohort(blocks, V0, 1e-3, 0.5, s)
     sizes = np.array([10, 40, 25], dtype=float)
     lmax = np.array([np.linalg.eigvalsh(b.T @ b)[-1] for b in blocks])
@@ -251,6 +265,4 @@ def test_consensus_weights_set_nu_and_the_v_step(scaling, weights, expected):
 
 def test_unknown_consensus_weights_are_rejected():
     with pytest.raises(ValueError, match="consensus_weights"):
-        FedEPCohort(
-            [np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, FedEPSettings(consensus_weights="x")
-        )
+        FedEPCohort([np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, _settings(consensus_weights="x"))

@@ -92,6 +92,11 @@ def _blas_controller() -> ThreadpoolController:
 class FedEPSettings:
     """Numerical settings of FedEP (validated by the estimator, not here).
 
+    The model's hyper-parameters (``alpha`` .. ``consensus_weights``) have no
+    defaults here: :class:`fedep.FedEP` owns them and builds these settings
+    (``FedEP._make_cohort``). The solver tolerances and the memory layout below are
+    implementation details with defaults of their own.
+
     ``use_sparse=False`` drops ``S`` (then ``U = X`` and ``G`` is formed once),
     ``beta = 0`` drops the l2,1 term: the paper's ablation cases.
 
@@ -117,18 +122,18 @@ class FedEPSettings:
     iterates up to rounding.
     """
 
-    alpha: float = 1.0
-    mu: float = 1.0
-    use_sparse: bool = True
-    inner_max_iter: int = 2
+    alpha: float
+    mu: float
+    use_sparse: bool
+    inner_max_iter: int
+    penalty_scaling: str
+    consensus_weights: str
     inner_tol: float = 1e-8
     ssn_tol: float = 1e-10
     ssn_max_iter: int = 30
     retraction: str = "polar"
     max_group_rows: int = 1 << 20
     chunk_rows: int = 16384
-    penalty_scaling: str = "relative"
-    consensus_weights: str = "auto"
     kernel: str = "auto"
 
 
@@ -140,6 +145,8 @@ class RoundReport:
     Pi: np.ndarray  # (d, n, r)
     nu: np.ndarray  # (d,)
     metrics: dict[str, np.ndarray] = field(default_factory=dict)  # each (d,)
+    #: What the transport adds to the round's record (e.g. Flower's participants).
+    info: dict = field(default_factory=dict)
 
 
 def aggregate_consensus(W: np.ndarray, Pi: np.ndarray, nu: np.ndarray) -> np.ndarray:
@@ -224,12 +231,46 @@ class FedEPCohort:
         else:
             # Without S, U = X for good: only the Gram matrices are ever needed.
             for g in self.groups:
-                g.X = None
+                g.X = None  # U = X, and only G is needed
 
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Model-side state per client (for personalised scoring and checkpoints)."""
-        return {"W": self.W.copy(), "Pi": self.Pi.copy()}
+        """Every array that changes over rounds: enough to resume (a gateway's checkpoint).
+
+        ``W``, ``Pi`` (d, n, r), the SSN multipliers ``Lam_ssn`` (d, r, r), the Gram
+        matrices ``G`` (d, n, n), ``lmax`` (d,), its eigenvector ``top`` (d, n) and,
+        per padded group ``j``, ``U.j`` and ``A.j`` (k, m, n) when ``S`` is modelled.
+        Local only: ``U`` and ``A`` have one row per record.
+        """
+        out = {
+            "W": self.W.copy(),
+            "Pi": self.Pi.copy(),
+            "Lam_ssn": self.Lam_ssn.copy(),
+            "G": self.G.copy(),
+            "lmax": self.lmax.copy(),
+            "top": self._top.copy(),
+        }
+        for j, g in enumerate(self.groups):
+            if g.U is not None:
+                out[f"U.{j}"], out[f"A.{j}"] = g.U.copy(), g.A.copy()
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_arrays` returned (same blocks and settings).
+
+        Raises
+        ------
+        ValueError
+            If a key is missing or unknown or an array's shape differs.
+        """
+        targets = {
+            "W": self.W, "Pi": self.Pi, "Lam_ssn": self.Lam_ssn, "G": self.G,
+            "lmax": self.lmax, "top": self._top,
+        }  # fmt: skip
+        for j, g in enumerate(self.groups):
+            if g.U is not None:
+                targets[f"U.{j}"], targets[f"A.{j}"] = g.U, g.A
+        _copy_state(targets, state)
 
     def corruption(self) -> list[np.ndarray]:
         """The sparse corruption ``S_i`` of every client, unpadded, in client order.
@@ -444,6 +485,19 @@ class FedEPCohort:
         np.abs(S, out=T1)
         l1 = s.alpha * T1.sum(axis=(1, 2))
         return np.stack([fit, l1, lam, r2])
+
+
+def _copy_state(targets: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> None:
+    """Copy ``state`` into the arrays of ``targets`` in place, checking keys and shapes."""
+    missing = sorted(set(targets) - set(state))
+    unknown = sorted(set(state) - set(targets))
+    if missing or unknown:
+        raise ValueError(f"cohort state: missing {missing}, unknown {unknown}")
+    for k, a in targets.items():
+        v = np.asarray(state[k])
+        if v.shape != a.shape:
+            raise ValueError(f"cohort state {k!r} has shape {v.shape}, expected {a.shape}")
+        a[...] = v
 
 
 def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:

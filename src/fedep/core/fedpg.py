@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedep.core import _kernels
-from fedep.core.fedep import RoundReport, _single_threaded_blas
+from fedep.core.fedep import RoundReport, _copy_state, _single_threaded_blas
 from fedep.core.layout import make_groups
 from fedep.core.stiefel import retract_qr
 
@@ -34,6 +34,8 @@ __all__ = ["FedPGSettings", "FedPGCohort", "aggregate_mean"]
 class FedPGSettings:
     """FedPG parameters (the authors' defaults are lr=1e-4, rho=0.01, 30 epochs).
 
+    No defaults for the model's parameters: :class:`fedep.FedPG` owns them.
+
     ``lr=None`` gives each client the step ``N_i / (2 ||X_i||_2^2 + rho)``, the inverse
     Lipschitz constant of its normalised local gradient: the largest step that is
     safe without tuning (the authors' fixed 1e-4 barely moves on standardised data).
@@ -43,9 +45,9 @@ class FedPGSettings:
     the baseline is as fast as its algorithm allows, like FedEP.
     """
 
-    lr: float | None = None
-    rho: float = 0.01
-    local_epochs: int = 30
+    lr: float | None
+    rho: float
+    local_epochs: int
     kernel: str = "auto"
 
 
@@ -87,8 +89,12 @@ class FedPGCohort:
             self.lr = np.full(self.d, float(settings.lr))
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Model-side state per client."""
+        """Every array that changes over rounds: ``W`` and ``Y`` (d, n, r)."""
         return {"W": self.W.copy(), "Y": self.Y.copy()}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_arrays` returned."""
+        _copy_state({"W": self.W, "Y": self.Y}, state)
 
     @_single_threaded_blas
     def local_round(self, Z: np.ndarray, clients: np.ndarray | None = None) -> RoundReport:

@@ -27,13 +27,18 @@ class ClientGroup:
         Positions of the clients in the federation's client list.
     lengths : ndarray of shape (k,)
         Real number of rows of each client (the rest of ``X`` is padding).
-    X : ndarray of shape (k, m, n)
-        Zero-padded records.
+    X : ndarray of shape (k, m, n) or None
+        Zero-padded records (None once a cohort needs only their Gram matrices).
+    U, A : ndarray of shape (k, m, n) or None
+        FedEP's auxiliary ``U = X - S`` and scaled dual ``A = Lam / mu`` of the same
+        rows, when the cohort models ``S`` (else None).
     """
 
     clients: np.ndarray
     lengths: np.ndarray
-    X: np.ndarray
+    X: np.ndarray | None
+    U: np.ndarray | None = None
+    A: np.ndarray | None = None
 
 
 def make_groups(

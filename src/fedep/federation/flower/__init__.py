@@ -2,7 +2,7 @@
 
 Three ways to run the same federation:
 
-- in-process (default, :func:`fedep.federation.inprocess.run_inprocess`);
+- in-process (default: the estimators, through :func:`fedep.federation.rounds.run_rounds`);
 - Flower apps driven in this process (:func:`run_local`): the real
   :data:`~fedep.federation.flower.server_app.app` and
   :data:`~fedep.federation.flower.client_app.app`, messages through an in-memory grid;
@@ -20,13 +20,13 @@ Importing this package needs ``flwr`` (``pip install fedep[flower]``).
 """
 
 from fedep.federation.flower.local import FaultPlan, LocalGrid, run_local
-from fedep.federation.flower.protocol import DEFAULT_RUN_CONFIG, FlowerRunResult
-from fedep.federation.flower.server_app import run_federation
+from fedep.federation.flower.server_app import DEFAULT_RUN_CONFIG, run_federation
+from fedep.federation.rounds import FederationResult
 
 __all__ = [
     "DEFAULT_RUN_CONFIG",
     "FaultPlan",
-    "FlowerRunResult",
+    "FederationResult",
     "LocalGrid",
     "run_federation",
     "run_local",

@@ -16,25 +16,18 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedep.core.baselines import client_sketch
-from fedep.core.scoring import residual_energy
+from fedep.core.cohort import make_cohort
 from fedep.core.stats import client_moments
-from fedep.federation.flower.protocol import (
-    arrays_of,
-    bool_cfg,
-    cohort_state,
-    load_gateway_data,
-    restore_cohort,
-    to_array_record,
-)
+from fedep.federation.flower.protocol import arrays_of, load_gateway_data, to_array_record
 
-__all__ = ["app", "build_cohort", "gateway_model"]
+__all__ = ["app", "gateway_model"]
 
 app = ClientApp()
 
 _DATA = "fedep.data"  # raw records (local only)
 _STD = "fedep.std"  # mean, scale, constant
-_COHORT = "fedep.cohort"  # cohort arrays
-_META = "fedep.meta"  # label, settings, feature names
+_COHORT = "fedep.cohort"  # the cohort's state_arrays()
+_META = "fedep.meta"  # label, feature names, method, parameters, cohort spec
 
 
 def _meta(context: Context) -> dict:
@@ -59,45 +52,18 @@ def _block(context: Context) -> np.ndarray:
     return (X - std["mean"]) / std["scale"]
 
 
-def build_cohort(block: np.ndarray, V0: np.ndarray, settings: dict):
-    """The core cohort of one client, from the settings the server sends."""
-    if settings["method"] == "fedpg":
-        from fedep.core.fedpg import FedPGCohort, FedPGSettings
+def _estimator(meta: dict):
+    """The estimator the server configured, validated by its own rules."""
+    from fedep.params import make_estimator
 
-        lr = float(settings["lr"])
-        return FedPGCohort(
-            [block],
-            V0,
-            FedPGSettings(
-                lr=None if lr <= 0 else lr,
-                rho=float(settings["rho"]),
-                local_epochs=int(settings["local-epochs"]),
-            ),
-        )
-    from fedep.core.fedep import FedEPCohort, FedEPSettings
-
-    return FedEPCohort(
-        [block],
-        V0,
-        float(settings["beta"]),
-        float(settings["nu"]),
-        FedEPSettings(
-            alpha=float(settings["alpha"]),
-            mu=float(settings["mu"]),
-            use_sparse=bool_cfg(settings["sparse-corruption"]),
-            inner_max_iter=int(settings["inner-max-iter"]),
-            penalty_scaling=str(settings["penalty-scaling"]),
-            consensus_weights=str(settings["consensus-weights"]),
-        ),
-    )
+    return make_estimator(meta["method"], meta["params"])
 
 
 def _load_cohort(context: Context, V0: np.ndarray):
-    meta = _meta(context)
-    cohort = build_cohort(_block(context), V0, meta["settings"])
-    if _COHORT not in context.state.array_records:
-        return cohort
-    restore_cohort(cohort, arrays_of(context.state[_COHORT]))
+    """The gateway's cohort of one, rebuilt from its spec and its checkpointed state."""
+    cohort = make_cohort(_meta(context)["spec"], [_block(context)], V0)
+    if _COHORT in context.state.array_records:
+        cohort.load_state(arrays_of(context.state[_COHORT]))
     return cohort
 
 
@@ -123,7 +89,9 @@ def setup(msg: Message, context: Context) -> Message:
     arr = arrays_of(msg.content["std"])
     context.state[_STD] = to_array_record(**arr)
     meta = _meta(context)
-    meta["settings"] = json.loads(str(msg.content["settings"]["json"]))
+    meta.update(json.loads(str(msg.content["settings"]["json"])))
+    # Validated once here, with the estimator's own rules; rounds reuse the spec.
+    meta["spec"] = _estimator(meta)._cohort_spec()
     _set_meta(context, meta)
     if _COHORT in context.state.array_records:
         del context.state[_COHORT]  # a new fit starts from scratch
@@ -141,7 +109,7 @@ def train(msg: Message, context: Context) -> Message:
     init = msg.content.array_records.get("init")
     cohort = _load_cohort(context, V if init is None else arrays_of(init)["V0"])
     rep = cohort.local_round(V)
-    context.state[_COHORT] = to_array_record(**cohort_state(cohort))
+    context.state[_COHORT] = to_array_record(**cohort.state_arrays())
     metrics = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in rep.metrics.items()}
     content = RecordDict(
         {
@@ -155,65 +123,36 @@ def train(msg: Message, context: Context) -> Message:
 def gateway_model(context: Context, components: np.ndarray, final: dict):
     """The gateway's fitted detector: global basis + its personalised basis.
 
-    ``threshold_`` (global basis) and ``client_thresholds_`` (personal basis) are the
-    ``1 - contamination`` quantiles of this gateway's own training scores: the pooled
-    quantile an in-process fit uses would need every gateway's scores.
+    Fitted by the estimator's own ``_set_fitted`` and ``_process_decision_scores``:
+    ``threshold_`` (global basis) and ``client_thresholds_`` (personal basis) come
+    from this gateway's own training scores (the pooled quantile an in-process fit
+    uses would need every gateway's scores).
     """
-    from fedep.detectors import FedEP, FedPG
+    from fedep.federation.rounds import FederationResult
 
     meta = _meta(context)
-    s = meta["settings"]
+    det = _estimator(meta)
     std = arrays_of(context.state[_STD])
     block = _block(context)
-    cohort = _load_cohort(context, final["V"])
-    W = cohort.W[0]
-    if s["method"] == "fedpg":
-        lr = float(s["lr"])
-        det = FedPG(
-            n_components=int(s["n-components"]),
-            lr=None if lr <= 0 else lr,
-            rho=float(s["rho"]),
-            local_epochs=int(s["local-epochs"]),
-        )
-    else:
-        det = FedEP(
-            n_components=int(s["n-components"]),
-            alpha=float(s["alpha"]),
-            beta=float(s["beta"]),
-            mu=float(s["mu"]),
-            nu=float(s["nu"]),
-            sparse_corruption=bool_cfg(s["sparse-corruption"]),
-            penalty_scaling=str(s["penalty-scaling"]),
-            consensus_weights=str(s["consensus-weights"]),
-            inner_max_iter=int(s["inner-max-iter"]),
-        )
-    det.set_params(
-        n_rounds=int(s["n-rounds"]),
-        tol=float(s["tol"]),
-        client_fraction=float(s["client-fraction"]),
-        init=str(s["init"]),
-        standardize=bool_cfg(s["standardize"]),
-        contamination=float(s["contamination"]),
-        random_state=int(s["random-state"]),
-    )
-    q = 1.0 - float(s["contamination"])
+    W = _load_cohort(context, final["V"]).state_arrays()["W"][0]
     label = meta["label"]
-    det.mean_, det.scale_ = std["mean"], std["scale"]
-    det.constant_features_ = std["constant"].astype(bool)
-    det.components_ = np.asarray(components, dtype=float)
-    det.client_components_ = W.T[None].copy()
-    det.clients_ = np.array([int(label)]) if label.lstrip("-").isdigit() else np.array([label])
-    det.n_features_in_ = int(block.shape[1])
-    if meta.get("feature_names"):
-        det.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
-    det.decision_scores_ = residual_energy(block, det.components_.T)
-    det.threshold_ = float(np.quantile(det.decision_scores_, q))
-    det.client_thresholds_ = np.array([np.quantile(residual_energy(block, W), q)])
-    det.labels_ = (det.decision_scores_ > det.threshold_).astype(int)
-    det.history_ = final["history"]
-    det.n_iter_ = int(final["n_rounds"])
-    det.stop_reason_ = str(final["stop_reason"])
-    det.consensus_ = final["V"]
+    det._set_fitted(
+        components=components,
+        client_components=W.T[None],
+        clients=np.array([int(label)]) if label.lstrip("-").isdigit() else np.array([label]),
+        mean=std["mean"],
+        scale=std["scale"],
+        constant_features=std["constant"].astype(bool),
+        feature_names=meta.get("feature_names") or None,
+    )
+    det._process_decision_scores(block, [block])
+    res = FederationResult(
+        V=final["V"],
+        history=final["history"],
+        stop_reason=str(final["stop_reason"]),
+        n_rounds=int(final["n_rounds"]),
+    )
+    det._set_federation_result(res, warn=False)
     return det
 
 
@@ -226,8 +165,10 @@ def finalize(msg: Message, context: Context) -> Message:
     det = gateway_model(context, arr["components"], info)
     path = context.node_config.get("model-path")
     if path:
+        from fedep.persistence import save_model
+
         Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
-        det.save(str(path))
+        save_model(det, str(path))
     content = RecordDict(
         {
             "metrics": MetricRecord(

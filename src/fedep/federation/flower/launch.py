@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedep.federation.flower.protocol import DEFAULT_RUN_CONFIG, FlowerRunResult
+from fedep.federation.flower.server_app import DEFAULT_RUN_CONFIG
+from fedep.federation.rounds import FederationResult
 
 __all__ = ["LocalDeployment", "write_app", "main"]
 
@@ -257,7 +258,7 @@ class LocalDeployment:
         self._spawn("flwr-run", [self._exe("flwr"), "run", str(app_dir), "fedep-local", "--stream"])
         return result
 
-    def wait_result(self, path: Path, timeout: float = 600.0, on_wait=None) -> FlowerRunResult:
+    def wait_result(self, path: Path, timeout: float = 600.0, on_wait=None) -> FederationResult:
         deadline = time.monotonic() + timeout
         while not Path(path).exists():
             if time.monotonic() > deadline:
@@ -277,9 +278,9 @@ class LocalDeployment:
                 on_wait()
             time.sleep(0.1)
         time.sleep(0.05)
-        return FlowerRunResult.load(path)
+        return FederationResult.load(path)
 
-    def run(self, run_config: dict, timeout: float = 600.0) -> FlowerRunResult:
+    def run(self, run_config: dict, timeout: float = 600.0) -> FederationResult:
         return self.wait_result(self.submit(run_config), timeout)
 
 

@@ -19,7 +19,7 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedep.federation.flower.protocol import FlowerRunResult
+from fedep.federation.rounds import FederationResult
 
 __all__ = ["FaultPlan", "LocalGrid", "run_local"]
 
@@ -138,7 +138,7 @@ def run_local(
     *,
     faults: FaultPlan | None = None,
     callback=None,
-) -> tuple[FlowerRunResult, LocalGrid]:
+) -> tuple[FederationResult, LocalGrid]:
     """Run the Flower apps of this package in-process, one virtual gateway per config.
 
     Parameters
@@ -152,7 +152,7 @@ def run_local(
 
     Returns
     -------
-    result : FlowerRunResult
+    result : FederationResult
     grid : LocalGrid
         For inspection (``grid.sent``, ``grid.contexts``).
     """

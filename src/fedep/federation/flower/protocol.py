@@ -20,125 +20,18 @@ No message carries a record or any array with one entry per record.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fedep.core.fedep import FedEPSettings
-
 __all__ = [
-    "DEFAULT_RUN_CONFIG",
-    "FlowerRunResult",
     "arrays_of",
     "load_gateway_data",
     "message_nbytes",
     "to_array_record",
 ]
-
-#: Run configuration of the ServerApp (``[tool.flwr.app.config]``, ``--run-config``).
-DEFAULT_RUN_CONFIG: dict[str, Any] = {
-    "method": "fedep",
-    "n-components": 5,
-    "alpha": 1.0,
-    "beta": 1e-3,
-    "mu": 3.0,
-    "nu": 1.0,
-    "sparse-corruption": True,
-    "penalty-scaling": "relative",
-    "consensus-weights": "auto",
-    "inner-max-iter": FedEPSettings.inner_max_iter,  # same default as FedEP()
-    "lr": 0.0,  # FedPG: 0 means the per-client default step
-    "rho": 0.01,
-    "local-epochs": 30,
-    "n-rounds": 100,
-    "tol": 1e-5,
-    "client-fraction": 1.0,
-    "init": "random",
-    "standardize": True,
-    "contamination": 0.05,
-    "random-state": 0,
-    "min-clients": 1,  # fewest replies a round may aggregate
-    "min-nodes": 1,  # SuperNodes to wait for before the first message
-    "node-wait-s": 60.0,
-    "round-timeout-s": 120.0,  # longest wait for the replies of one message round
-    "max-misses": 1,  # a gateway that misses this many rounds in a row is left out
-    "result-path": "",  # JSON written by the ServerApp (history, basis, participants)
-}
-
-
-@dataclass
-class FlowerRunResult:
-    """Outcome of a Flower federation (what the ServerApp knows).
-
-    Attributes
-    ----------
-    V : ndarray of shape (n_features, n_components)
-        Final consensus (not orthonormalised).
-    components : ndarray of shape (n_components, n_features)
-        Its polar factor: the global scoring basis.
-    history : list of dict
-        One record per round: the fields of :func:`~fedep.federation.server.server_round`
-        plus ``participants`` (client labels that answered), ``failed``,
-        ``bytes_sent`` / ``bytes_received`` (per client label) and ``time_s``.
-    stop_reason : str
-    n_rounds : int
-    clients : list of str
-        Labels of the gateways that joined, in aggregation order.
-    mean, scale : ndarray of shape (n_features,)
-    setup_bytes : dict
-        Bytes of the moments and setup exchanges per client label.
-    finalized : list of str
-        Gateways that wrote their personalised model.
-    """
-
-    V: np.ndarray
-    components: np.ndarray
-    history: list[dict] = field(default_factory=list)
-    stop_reason: str = "max_rounds"
-    n_rounds: int = 0
-    clients: list[str] = field(default_factory=list)
-    mean: np.ndarray | None = None
-    scale: np.ndarray | None = None
-    setup_bytes: dict = field(default_factory=dict)
-    finalized: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {
-            "V": self.V.tolist(),
-            "components": self.components.tolist(),
-            "history": self.history,
-            "stop_reason": self.stop_reason,
-            "n_rounds": self.n_rounds,
-            "clients": self.clients,
-            "mean": None if self.mean is None else self.mean.tolist(),
-            "scale": None if self.scale is None else self.scale.tolist(),
-            "setup_bytes": self.setup_bytes,
-            "finalized": self.finalized,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> FlowerRunResult:
-        return cls(
-            V=np.asarray(d["V"], dtype=float),
-            components=np.asarray(d["components"], dtype=float),
-            history=d["history"],
-            stop_reason=d["stop_reason"],
-            n_rounds=d["n_rounds"],
-            clients=d["clients"],
-            mean=None if d.get("mean") is None else np.asarray(d["mean"]),
-            scale=None if d.get("scale") is None else np.asarray(d["scale"]),
-            setup_bytes=d.get("setup_bytes", {}),
-            finalized=d.get("finalized", []),
-        )
-
-    @classmethod
-    def load(cls, path) -> FlowerRunResult:
-        return cls.from_json(json.loads(Path(path).read_text()))
 
 
 def to_array_record(**arrays: np.ndarray) -> ArrayRecord:
@@ -164,12 +57,6 @@ def content_nbytes(content: RecordDict) -> int:
 
 
 # ---------------------------------------------------------------------- gateway data
-def _cfg_bool(v) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes")
-    return bool(v)
-
-
 def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | None]:
     """The gateway's own training records, from its node configuration.
 
@@ -245,29 +132,3 @@ def sort_labels(labels: list[str]) -> list[str]:
         return sorted(labels, key=lambda s: float(s))
     except ValueError:
         return sorted(labels)
-
-
-# ---------------------------------------------------------------------- cohort state
-def cohort_state(cohort) -> dict[str, np.ndarray]:
-    """Every array of a cohort (and of its padded groups): its full local state."""
-    out = {f"c.{k}": v for k, v in vars(cohort).items() if isinstance(v, np.ndarray)}
-    for i, g in enumerate(getattr(cohort, "groups", [])):
-        for k, v in vars(g).items():
-            if isinstance(v, np.ndarray):
-                out[f"g.{i}.{k}"] = v
-    return out
-
-
-def restore_cohort(cohort, state: dict[str, np.ndarray]) -> None:
-    """Put arrays saved by :func:`cohort_state` back into a freshly built cohort."""
-    for key, v in state.items():
-        parts = key.split(".")
-        target = cohort if parts[0] == "c" else cohort.groups[int(parts[1])]
-        name = parts[-1]
-        if not hasattr(target, name):
-            raise ValueError(f"saved cohort state has unknown field {key!r}")
-        setattr(target, name, np.array(v))
-
-
-def bool_cfg(v) -> bool:
-    return _cfg_bool(v)

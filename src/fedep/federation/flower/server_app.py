@@ -14,56 +14,50 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+from fedep._json import jsonable
 from fedep.core.baselines import oneshot_merge
 from fedep.core.fedep import RoundReport
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
 from fedep.federation.flower.protocol import (
-    DEFAULT_RUN_CONFIG,
-    FlowerRunResult,
     arrays_of,
-    bool_cfg,
     message_nbytes,
     sort_labels,
     to_array_record,
 )
-from fedep.federation.inprocess import converged
-from fedep.federation.server import merge_reports, server_round, validate_report
+from fedep.federation.rounds import FederationResult, TooFewClients, run_rounds
+from fedep.federation.server import merge_reports, validate_report
+from fedep.params import make_estimator, params_from_run_config, run_config_defaults
 
-__all__ = ["app", "run_federation", "exchange"]
+__all__ = ["app", "run_federation", "exchange", "DEFAULT_RUN_CONFIG", "RUN_KEYS"]
 
 app = ServerApp()
 
-_SETTING_KEYS = (
-    "method",
-    "n-components",
-    "alpha",
-    "beta",
-    "mu",
-    "nu",
-    "sparse-corruption",
-    "penalty-scaling",
-    "consensus-weights",
-    "inner-max-iter",
-    "lr",
-    "rho",
-    "local-epochs",
-    "n-rounds",
-    "tol",
-    "client-fraction",
-    "init",
-    "standardize",
-    "contamination",
-    "random-state",
-)
+#: Keys that configure the run itself (not the estimator), with their defaults.
+RUN_KEYS: dict[str, Any] = {
+    "method": "fedep",
+    "min-clients": 1,  # fewest replies a round may aggregate
+    "min-nodes": 1,  # SuperNodes to wait for before the first message
+    "node-wait-s": 60.0,
+    "round-timeout-s": 120.0,  # longest wait for the replies of one message round
+    "max-misses": 1,  # a gateway that misses this many rounds in a row is left out
+    "result-path": "",  # JSON written by the ServerApp (history, basis, participants)
+}
+
+#: Run configuration of the ServerApp (``[tool.flwr.app.config]``, ``--run-config``):
+#: the run's own keys and one key per estimator parameter (:mod:`fedep.params`; left
+#: at ``""`` a parameter takes the chosen method's default).
+DEFAULT_RUN_CONFIG: dict[str, Any] = {**RUN_KEYS, **run_config_defaults()}
 
 
 def exchange(
@@ -145,13 +139,203 @@ def _report_from(rep: Message) -> RoundReport:
     )
 
 
+@dataclass
+class Gateways:
+    """The gateways of a run, in aggregation order (client-label order)."""
+
+    order: list[str]
+    node_of: dict[str, int]
+    label_of: dict[int, str]
+    setup_bytes: dict[str, dict] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def _fail(gw: Gateways, failed: dict[int, str], phase: str) -> None:
+    for nid, why in failed.items():
+        lab = gw.label_of.get(nid, f"node {nid}")
+        gw.failed[lab] = f"{phase}: {why}"
+        log(WARNING, "fedep: gateway %s failed at %s: %s", lab, phase, why)
+
+
+def collect_moments(grid: Grid, nodes: list[int], timeout: float, min_clients: int):
+    """Phase 1: every gateway's per-feature moments -> the global standardisation.
+
+    Returns
+    -------
+    gateways : Gateways
+    pooled : Moments
+        The merged moments (count, mean, m2 per feature).
+    """
+    replies, failed, s_b, r_b = exchange(
+        grid, {n: RecordDict() for n in nodes}, "query.moments", "moments", timeout
+    )
+    label_of = {nid: str(rep.content["client"]["label"]) for nid, rep in replies.items()}
+    if len(set(label_of.values())) != len(label_of):
+        raise RuntimeError(f"two gateways share a client label: {sorted(label_of.values())}")
+    order = sort_labels(list(label_of.values()))
+    gw = Gateways(order=order, node_of={lab: n for n, lab in label_of.items()}, label_of=label_of)
+    _fail(gw, failed, "moments")
+    gw.setup_bytes = {
+        label_of[n]: {"moments_sent": s_b[n], "moments_received": r_b.get(n, 0)} for n in label_of
+    }
+    if len(order) < min_clients:
+        raise RuntimeError(f"only {len(order)} gateways answered; min-clients={min_clients}")
+    parts = []
+    for lab in order:
+        rep = replies[gw.node_of[lab]]
+        a = arrays_of(rep.content["moments"])
+        parts.append(Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"]))
+    return gw, combine_moments(parts)
+
+
+def setup_gateways(grid, gw: Gateways, est, method: str, std: dict, timeout, min_clients):
+    """Phase 2: standardisation and the estimator's parameters to every gateway.
+
+    Each gateway builds the same estimator from ``est.get_params()`` (and validates
+    it); with ``init="oneshot"`` it replies its sketch, merged here into ``V0``.
+
+    Returns
+    -------
+    V0 : ndarray of shape (n_features, n_components) or None
+        The merged sketches (None unless ``init="oneshot"``).
+    """
+    r = est.n_components
+    sk = r if est.init == "oneshot" else 0
+    params = jsonable({k: v for k, v in est.get_params(deep=False).items() if k != "callback"})
+    config = ConfigRecord({"json": json.dumps({"method": method, "params": params})})
+    content = {
+        gw.node_of[lab]: RecordDict(
+            {
+                "std": to_array_record(**std),
+                "settings": ConfigRecord({"json": config["json"], "sketch-rank": sk}),
+            }
+        )
+        for lab in gw.order
+    }
+    replies, failed, s_b, r_b = exchange(grid, content, "train.setup", "setup", timeout)
+    _fail(gw, failed, "setup")
+    for nid in content:
+        gw.setup_bytes[gw.label_of[nid]].update(setup_sent=s_b[nid], setup_received=r_b.get(nid, 0))
+    gw.order = [lab for lab in gw.order if gw.node_of[lab] in replies]
+    if len(gw.order) < min_clients:
+        raise RuntimeError(f"only {len(gw.order)} gateways set up; min-clients={min_clients}")
+    if not sk:
+        return None
+    return oneshot_merge(
+        [arrays_of(replies[gw.node_of[lab]].content["sketch"])["B"] for lab in gw.order], r
+    )
+
+
+class RemoteClients:
+    """The gateways as the round loop sees them (:class:`~fedep.federation.rounds.RoundClients`).
+
+    ``local_round`` sends ``V`` to the chosen gateways still active, waits for their
+    replies, drops errors and replies that fail
+    :func:`~fedep.federation.server.validate_report`, and merges the rest in
+    client-label order. A gateway that misses ``max_misses`` rounds in a row is left
+    out of later ones; fewer than ``min_clients`` valid replies end the run.
+    """
+
+    def __init__(self, grid, gw: Gateways, V0, n_features, r, *, timeout, min_clients, max_misses):
+        self.grid, self.gw, self.V0 = grid, gw, V0
+        self.n_features, self.r = n_features, r
+        self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
+        self.d = len(gw.order)
+        self.active = list(gw.order)
+        self.misses = dict.fromkeys(gw.order, 0)
+        self.initialised: set[str] = set()
+        self.rnd = 0
+
+    def local_round(self, V, clients=None) -> RoundReport:
+        gw = self.gw
+        self.rnd += 1
+        chosen = gw.order if clients is None else [gw.order[i] for i in clients]
+        targets = [lab for lab in chosen if lab in self.active]
+        contents = {}
+        for lab in targets:
+            rd = {"global": to_array_record(V=V), "round": ConfigRecord({"round": self.rnd})}
+            if lab not in self.initialised:
+                rd["init"] = to_array_record(V0=self.V0)
+            contents[gw.node_of[lab]] = RecordDict(rd)
+        replies, failed, s_b, r_b = exchange(
+            self.grid, contents, "train", str(self.rnd), self.timeout
+        )
+        reports, answered = [], []
+        for lab in targets:
+            nid = gw.node_of[lab]
+            if nid not in replies:
+                continue
+            try:
+                rep = _report_from(replies[nid])
+                validate_report(rep, self.n_features, self.r)
+            except (KeyError, ValueError, TypeError) as exc:
+                failed[nid] = f"invalid reply: {exc}"
+                continue
+            reports.append(rep)
+            answered.append(lab)
+        self.initialised.update(targets)
+        for lab in targets:
+            if lab in answered:
+                self.misses[lab] = 0
+                continue
+            self.misses[lab] += 1
+            why = failed.get(gw.node_of[lab])
+            gw.failed[lab] = f"round {self.rnd}: {why}"
+            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
+            if self.misses[lab] >= self.max_misses:
+                self.active.remove(lab)
+        if len(reports) < self.min_clients:
+            log(
+                WARNING,
+                "fedep: round %d has %d replies < min-clients=%d; stopping",
+                self.rnd,
+                len(reports),
+                self.min_clients,
+            )
+            raise TooFewClients(f"round {self.rnd}: {len(reports)} valid replies")
+        rep = merge_reports(reports)
+        rep.info = {
+            "participants": answered,
+            "failed": {gw.label_of[n]: why for n, why in failed.items()},
+            "bytes_sent": {gw.label_of[n]: b for n, b in s_b.items()},
+            "bytes_received": {gw.label_of[n]: b for n, b in r_b.items()},
+        }
+        return rep
+
+
+def finalize_gateways(grid, gw: Gateways, clients: RemoteClients, res, timeout) -> list[str]:
+    """Phase 4: every gateway still active writes its personalised model.
+
+    Returns the labels of the gateways that confirmed.
+    """
+    final = {"history": res.history, "n_rounds": res.n_rounds, "stop_reason": res.stop_reason}
+    content = {
+        gw.node_of[lab]: RecordDict(
+            {
+                "global": to_array_record(V=res.V, components=res.components),
+                "final": ConfigRecord({"json": json.dumps(jsonable(final))}),
+            }
+        )
+        for lab in clients.active
+        if lab in clients.initialised
+    }
+    replies, failed, _, _ = exchange(grid, content, "evaluate.finalize", "finalize", timeout)
+    _fail(gw, failed, "finalize")
+    return sorted(gw.label_of[n] for n in replies)
+
+
 def run_federation(
     grid: Grid,
     run_config: dict | None = None,
     *,
-    callback: Callable[[int, dict], None] | None = None,
-) -> FlowerRunResult:
+    callback: Callable[[int, np.ndarray, dict], None] | None = None,
+) -> FederationResult:
     """Drive a whole FedEP/FedPG fit over a Flower grid.
+
+    The estimator is built from the run config by :func:`fedep.params.make_estimator`
+    (validated with the estimator's own rules before any message is sent), its
+    parameters shipped to the gateways, and the rounds run by the one round loop
+    :func:`~fedep.federation.rounds.run_rounds`.
 
     Parameters
     ----------
@@ -160,188 +344,71 @@ def run_federation(
     run_config : dict, optional
         Keys of :data:`~fedep.federation.flower.protocol.DEFAULT_RUN_CONFIG`.
     callback : callable, optional
-        ``callback(round, record)`` after each round.
+        ``callback(round, V, record)`` after each round.
     """
     cfg = {**DEFAULT_RUN_CONFIG, **(run_config or {})}
     method = str(cfg["method"])
-    if method not in ("fedep", "fedpg"):
-        raise ValueError(f"method must be 'fedep' or 'fedpg'; got {method!r}")
-    r = int(cfg["n-components"])
+    est = make_estimator(method, params_from_run_config(cfg, method))
+    if not hasattr(est, "_make_cohort"):
+        raise ValueError(
+            f"method {method} has no rounds to federate; Flower runs fedep, fedpg and the "
+            "FedEP ablation cases"
+        )
     timeout = float(cfg["round-timeout-s"])
     min_clients = max(1, int(cfg["min-clients"]))
     nodes = _wait_for_nodes(grid, int(cfg["min-nodes"]), float(cfg["node-wait-s"]))
     log(INFO, "fedep: %d gateways connected", len(nodes))
 
-    # 1. Moments -> global standardisation.
-    replies, failed, s_b, r_b = exchange(
-        grid, {n: RecordDict() for n in nodes}, "query.moments", "moments", timeout
-    )
-    label_of = {nid: str(rep.content["client"]["label"]) for nid, rep in replies.items()}
-    if len(set(label_of.values())) != len(label_of):
-        raise RuntimeError(f"two gateways share a client label: {sorted(label_of.values())}")
-    order = sort_labels(list(label_of.values()))
-    node_of = {lab: nid for nid, lab in label_of.items()}
-    setup_bytes = {
-        label_of[n]: {"moments_sent": s_b[n], "moments_received": r_b.get(n, 0)} for n in label_of
-    }
-    parts = []
-    for lab in order:
-        rep = replies[node_of[lab]]
-        a = arrays_of(rep.content["moments"])
-        parts.append(Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"]))
-    if len(order) < min_clients:
-        raise RuntimeError(f"only {len(order)} gateways answered; min-clients={min_clients}")
-    pooled = combine_moments(parts)
+    gw, pooled = collect_moments(grid, nodes, timeout, min_clients)
     mean, scale, constant = standardization_from_moments(pooled)
-    if not bool_cfg(cfg["standardize"]):
+    if not est.standardize:
         scale = np.ones_like(scale)
-    n_features = mean.shape[0]
+    n_features, r = mean.shape[0], est.n_components
     if r > n_features:
-        raise ValueError(f"n-components={r} must be <= n_features={n_features}")
-
-    # 2. Setup: standardisation and settings to every gateway (sketches for oneshot).
-    settings = {k: cfg[k] for k in _SETTING_KEYS}
-    sk = r if str(cfg["init"]) == "oneshot" else 0
-    setup_content = {
-        node_of[lab]: RecordDict(
-            {
-                "std": to_array_record(mean=mean, scale=scale, constant=constant),
-                "settings": ConfigRecord({"json": json.dumps(settings), "sketch-rank": sk}),
-            }
-        )
-        for lab in order
-    }
-    replies, failed, s_b, r_b = exchange(grid, setup_content, "train.setup", "setup", timeout)
-    for nid in setup_content:
-        setup_bytes[label_of[nid]].update(setup_sent=s_b[nid], setup_received=r_b.get(nid, 0))
-    order = [lab for lab in order if node_of[lab] in replies]
-    if len(order) < min_clients:
-        raise RuntimeError(f"only {len(order)} gateways set up; min-clients={min_clients}")
-    rng = np.random.default_rng(int(cfg["random-state"]))
-    if sk:
-        V0 = oneshot_merge(
-            [arrays_of(replies[node_of[lab]].content["sketch"])["B"] for lab in order], r
-        )
-    elif str(cfg["init"]) == "random":
+        raise ValueError(f"n_components={r} must be <= n_features={n_features}")
+    std = {"mean": mean, "scale": scale, "constant": constant}
+    V0 = setup_gateways(grid, gw, est, method, std, timeout, min_clients)
+    rng = np.random.default_rng(est.random_state)
+    if V0 is None:
         V0 = random_stiefel(n_features, r, rng)
-    else:
-        raise ValueError(f"init must be 'random' or 'oneshot'; got {cfg['init']!r}")
 
-    # 3. Rounds.
-    V = np.array(V0, dtype=float)
-    d = len(order)
-    k = max(1, int(round(float(cfg["client-fraction"]) * d)))
-    misses = dict.fromkeys(order, 0)
-    initialised: set[str] = set()
-    active = list(order)
-    history: list[dict] = []
-    stop_reason = "max_rounds"
-    tol = float(cfg["tol"])
-    for rnd in range(int(cfg["n-rounds"])):
-        t0 = time.perf_counter()
-        chosen = (
-            order if k >= d else [order[i] for i in np.sort(rng.choice(d, size=k, replace=False))]
-        )
-        targets = [lab for lab in chosen if lab in active]
-        contents = {}
-        for lab in targets:
-            rd = {"global": to_array_record(V=V), "round": ConfigRecord({"round": rnd + 1})}
-            if lab not in initialised:
-                rd["init"] = to_array_record(V0=V0)
-            contents[node_of[lab]] = RecordDict(rd)
-        replies, failed, s_b, r_b = exchange(grid, contents, "train", str(rnd + 1), timeout)
-        reports, answered = [], []
-        for lab in targets:
-            nid = node_of[lab]
-            if nid in replies:
-                try:
-                    rep = _report_from(replies[nid])
-                    validate_report(rep, n_features, r)
-                except (KeyError, ValueError, TypeError) as exc:
-                    failed[nid] = f"invalid reply: {exc}"
-                    continue
-                reports.append(rep)
-                answered.append(lab)
-        initialised.update(targets)
-        for lab in targets:
-            if lab in answered:
-                misses[lab] = 0
-            else:
-                misses[lab] += 1
-                log(
-                    WARNING,
-                    "fedep: gateway %s failed round %d: %s",
-                    lab,
-                    rnd + 1,
-                    failed.get(node_of[lab]),
-                )
-                if misses[lab] >= int(cfg["max-misses"]):
-                    active.remove(lab)
-        if len(reports) < min_clients:
-            stop_reason = "too_few_clients"
-            log(
-                WARNING,
-                "fedep: round %d has %d replies < min-clients=%d; stopping",
-                rnd + 1,
-                len(reports),
-                min_clients,
-            )
-            break
-        V_new, rec = server_round(method, merge_reports(reports), V)
-        rec["round"] = rnd + 1
-        rec["participants"] = answered
-        rec["failed"] = {label_of[n]: why for n, why in failed.items()}
-        rec["bytes_sent"] = {label_of[n]: b for n, b in s_b.items()}
-        rec["bytes_received"] = {label_of[n]: b for n, b in r_b.items()}
-        rec["time_s"] = time.perf_counter() - t0
-        V = V_new
-        history.append(rec)
-        if callback is not None:
-            callback(rnd + 1, rec)
+    clients = RemoteClients(
+        grid, gw, V0, n_features, r,
+        timeout=timeout, min_clients=min_clients, max_misses=int(cfg["max-misses"]),
+    )  # fmt: skip
+
+    def on_round(rnd, V, rec):
         log(
             INFO,
             "fedep: round %d objective %.6g from %d gateways (%.3f s)",
-            rnd + 1,
+            rnd,
             rec["objective"],
-            len(answered),
+            len(rec["participants"]),
             rec["time_s"],
         )
-        if tol > 0 and converged(rec, tol, method) and k >= d:
-            stop_reason = "converged"
-            break
+        if callback is not None:
+            callback(rnd, V, rec)
 
-    # 4. Finalize: every gateway still active writes its personalised model.
-    comps = polar(V).T.copy()
-    final = {"history": history, "n_rounds": len(history), "stop_reason": stop_reason}
-    fin = {
-        node_of[lab]: RecordDict(
-            {
-                "global": to_array_record(V=V, components=comps),
-                "final": ConfigRecord({"json": json.dumps(final)}),
-            }
-        )
-        for lab in active
-        if lab in initialised
-    }
-    replies, failed, s_b, r_b = exchange(grid, fin, "evaluate.finalize", "finalize", timeout)
-    result = FlowerRunResult(
-        V=V,
-        components=comps,
-        history=history,
-        stop_reason=stop_reason,
-        n_rounds=len(history),
-        clients=order,
-        mean=mean,
-        scale=scale,
-        setup_bytes=setup_bytes,
-        finalized=sorted(label_of[n] for n in replies),
+    res = run_rounds(
+        clients,
+        est._method,
+        V0,
+        n_rounds=est.n_rounds,
+        tol=est.tol,
+        client_fraction=est.client_fraction,
+        rng=rng,
+        on_round=on_round,
     )
+    res.components = polar(res.V).T.copy()
+    res.clients, res.mean, res.scale = gw.order, mean, scale
+    res.setup_bytes = gw.setup_bytes
+    res.finalized = finalize_gateways(grid, gw, clients, res, timeout)
+    res.failed = gw.failed
     path = str(cfg.get("result-path") or "")
     if path:
-        out = result.to_json()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(out))
-    return result
+        Path(path).write_text(json.dumps(res.to_json()))
+    return res
 
 
 @app.main()

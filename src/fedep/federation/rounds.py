@@ -1,0 +1,214 @@
+"""The one round loop of every federation: sample, local round, server step, record, stop.
+
+The in-process runner (a cohort holding every client), the Flower ServerApp (a cohort
+whose ``local_round`` asks the gateways over the network), the per-round curves of
+the reproduction and the benchmark all call :func:`run_rounds`; what differs is the
+cohort behind :class:`Cohort` and the hook ``on_round(round, V, record)`` that sees
+the model after every round (as Flower's ``Strategy.start`` with ``evaluate_fn``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from fedep.core.fedep import RoundReport
+from fedep.federation.server import server_round
+
+__all__ = [
+    "Cohort",
+    "RoundClients",
+    "FederationResult",
+    "TooFewClients",
+    "converged",
+    "run_rounds",
+    "STOP_REASONS",
+]
+
+#: Why a federation stopped.
+STOP_REASONS = ("converged", "max_rounds", "too_few_clients")
+
+
+@runtime_checkable
+class RoundClients(Protocol):
+    """The client side of a federation as the round loop sees it.
+
+    ``d`` clients; ``local_round(V, clients)`` runs one round at the clients of
+    positions ``clients`` (None: all) and returns what they send. A Flower server's
+    view of its gateways is one; so is a :class:`Cohort`.
+    """
+
+    d: int
+
+    def local_round(self, V: np.ndarray, clients: np.ndarray | None = None) -> RoundReport: ...
+
+
+@runtime_checkable
+class Cohort(RoundClients, Protocol):
+    """Clients held in this process (:class:`fedep.core.fedep.FedEPCohort`,
+    :class:`fedep.core.fedpg.FedPGCohort`): they also checkpoint and restore their
+    local state, ``state_arrays()`` / ``load_state(state)`` (a Flower gateway keeps
+    its cohort of one between messages this way).
+    """
+
+    def state_arrays(self) -> dict[str, np.ndarray]: ...
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+class TooFewClients(RuntimeError):
+    """Raised by a cohort's ``local_round`` when too few clients answered to aggregate."""
+
+
+@dataclass
+class FederationResult:
+    """Outcome of a federated fit, in-process or over Flower.
+
+    Attributes
+    ----------
+    V : ndarray of shape (n_features, n_components)
+        Final consensus (not orthonormalised).
+    history : list of dict
+        One record per round: the fields of
+        :func:`~fedep.federation.server.server_round`, ``round``, ``time_s`` and
+        whatever the cohort adds (over Flower: ``participants``, ``failed``,
+        ``bytes_sent`` / ``bytes_received`` per client label).
+    stop_reason : str
+        One of :data:`STOP_REASONS`.
+    n_rounds : int
+    components : ndarray of shape (n_components, n_features) or None
+        The polar factor of ``V`` (the global scoring basis), once finalised.
+    clients : list of str
+        Client labels in aggregation order (Flower).
+    mean, scale : ndarray of shape (n_features,) or None
+        The federated standardisation (Flower).
+    setup_bytes : dict
+        Bytes of the moments and setup exchanges per client label (Flower).
+    finalized : list of str
+        Gateways that wrote their personalised model (Flower).
+    failed : dict of str -> str
+        Every gateway that failed at some phase, and why (Flower).
+    """
+
+    V: np.ndarray
+    history: list[dict] = field(default_factory=list)
+    stop_reason: str = "max_rounds"
+    n_rounds: int = 0
+    components: np.ndarray | None = None
+    clients: list[str] = field(default_factory=list)
+    mean: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    setup_bytes: dict = field(default_factory=dict)
+    finalized: list[str] = field(default_factory=list)
+    failed: dict = field(default_factory=dict)
+
+    _ARRAYS = ("V", "components", "mean", "scale")
+
+    def to_json(self) -> dict:
+        """A JSON-able dict (arrays as nested lists)."""
+        from fedep._json import jsonable
+
+        out = {}
+        for k in self.__dataclass_fields__:
+            v = getattr(self, k)
+            out[k] = None if v is None else jsonable(v)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> FederationResult:
+        """Inverse of :meth:`to_json`."""
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for k in cls._ARRAYS:
+            if kw.get(k) is not None:
+                kw[k] = np.asarray(kw[k], dtype=float)
+        return cls(**kw)
+
+    @classmethod
+    def load(cls, path) -> FederationResult:
+        """Read a result written as JSON (e.g. the ServerApp's ``result-path``)."""
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+
+def converged(record: dict, tol: float, method: str) -> bool:
+    """Stopping test: primal (consensus, data) and dual residuals all below ``tol``.
+
+    FedPG's server has no penalty-weighted dual residual; it stops on the change of
+    the consensus basis.
+    """
+    if method == "fedpg":
+        return record["v_change"] <= tol
+    keys = ("consensus_residual_rel", "data_residual_rel", "dual_residual_rel")
+    return max(record[k] for k in keys) <= tol
+
+
+def run_rounds(
+    cohort: RoundClients,
+    method: str,
+    V0: np.ndarray,
+    *,
+    n_rounds: int,
+    tol: float,
+    client_fraction: float = 1.0,
+    rng: np.random.Generator | None = None,
+    on_round: Callable[[int, np.ndarray, dict], None] | None = None,
+) -> FederationResult:
+    """Run rounds until convergence, the round cap, or too few clients.
+
+    Parameters
+    ----------
+    cohort : RoundClients
+        The clients (their records stay with them).
+    method : {"fedep", "fedpg"}
+        Picks the server step (:func:`~fedep.federation.server.server_round`).
+    V0 : ndarray of shape (n, r)
+        Initial consensus.
+    n_rounds : int
+        Round cap.
+    tol : float
+        See :func:`converged`; ``0`` runs all rounds. A round with partial
+        participation never ends the run (its residuals cover some clients only).
+    client_fraction : float, default=1.0
+        Fraction of clients sampled per round (at least one).
+    rng : Generator, optional
+        Drives client sampling (default: seeded with 0).
+    on_round : callable, optional
+        ``on_round(round, V, record)`` after each round, with the new consensus
+        ``V`` (n, r) and the round's record.
+
+    Returns
+    -------
+    FederationResult
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    V = np.array(V0, dtype=float)
+    result = FederationResult(V=V)
+    d = cohort.d
+    k = max(1, int(round(client_fraction * d)))
+    for rnd in range(1, n_rounds + 1):
+        t0 = time.perf_counter()
+        clients = None if k >= d else np.sort(rng.choice(d, size=k, replace=False))
+        try:
+            rep = cohort.local_round(V, clients)
+        except TooFewClients:
+            result.stop_reason = "too_few_clients"
+            break
+        V_new, rec = server_round(method, rep, V)
+        rec["round"] = rnd
+        rec.update(rep.info)
+        rec["time_s"] = time.perf_counter() - t0
+        V = V_new
+        result.history.append(rec)
+        if on_round is not None:
+            on_round(rnd, V, rec)
+        if tol > 0 and k >= d and converged(rec, tol, method):
+            result.stop_reason = "converged"
+            break
+    result.V = V
+    result.n_rounds = len(result.history)
+    return result

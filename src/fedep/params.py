@@ -1,0 +1,387 @@
+"""One parameter table for every surface: the estimators declare, the rest derive.
+
+Each estimator declares its hyper-parameters once, in scikit-learn's
+``_parameter_constraints`` (validated by ``_validate_params``) and its ``__init__``
+defaults; its numpydoc docstring describes them. This module reads those three
+places and gives every other surface the same parameters:
+
+- the command line (:func:`add_param_options` / :func:`params_from_args`):
+  ``--n-components``, ``--alpha``, ... ;
+- the Flower run configuration (:func:`run_config_defaults` /
+  :func:`params_from_run_config`): ``n-components``, ``alpha``, ... ;
+
+with one spelling per concept (the Python name with ``_`` -> ``-``), the estimator's
+defaults, and the estimator's own validation message for a bad value. Adding a
+hyper-parameter therefore touches the core (what it means numerically) and the
+estimator (its constraint, default and docstring) only.
+
+Values cross text surfaces (argv, TOML, JSON) as text or TOML scalars:
+:func:`parse_value` turns them back into Python values by the parameter's
+constraints (``"none"`` for ``None``, ``true``/``false`` for booleans, the options of
+a ``StrOptions``, integers, reals); range checks are left to the estimator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+import numbers
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sklearn.utils._param_validation import (
+    Interval,
+    InvalidParameterError,
+    StrOptions,
+    validate_parameter_constraints,
+)
+
+__all__ = [
+    "ParamSpec",
+    "InvalidParameterError",
+    "METHODS",
+    "param_table",
+    "parse_value",
+    "validate_params",
+    "make_estimator",
+    "add_param_options",
+    "params_from_args",
+    "run_config_defaults",
+    "UNSET",
+    "params_from_run_config",
+    "option_name",
+]
+
+#: Parameters that are not data: they never appear on a text surface.
+_NOT_ON_SURFACES = frozenset({"callback"})
+
+
+def option_name(name: str) -> str:
+    """The one spelling of a parameter outside Python: ``n_components`` -> ``n-components``."""
+    return name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One hyper-parameter as every surface sees it.
+
+    Attributes
+    ----------
+    name : str
+        Python name (``n_components``).
+    key : str
+        CLI option without ``--`` and Flower run-config key (``n-components``).
+    constraints : list
+        scikit-learn constraints, from the first estimator that declares it.
+    defaults : dict of str -> Any
+        Default per estimator class name (they may differ, e.g. ``tol``).
+    help : str
+        First sentence of the numpydoc description.
+    estimators : tuple of str
+        Estimator class names that accept it.
+    """
+
+    name: str
+    key: str
+    constraints: tuple
+    defaults: dict
+    help: str
+    estimators: tuple[str, ...]
+
+
+def _docstring_params(cls) -> dict[str, str]:
+    """Parameter -> first sentence of its numpydoc description (shared entries expanded)."""
+    doc = inspect.getdoc(cls) or ""
+    m = re.search(r"^Parameters\n-+\n(.*?)(?:^\w[\w ]*\n-+\n|\Z)", doc, re.S | re.M)
+    if not m:
+        return {}
+    out: dict[str, str] = {}
+    entries = re.split(r"^(?=\S)", m.group(1), flags=re.M)
+    for entry in entries:
+        if not entry.strip():
+            continue
+        head, _, body = entry.partition("\n")
+        names = [n.strip() for n in head.split(":")[0].split(",")]
+        text = " ".join(line.strip() for line in body.splitlines() if line.strip())
+        first = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
+        for n in names:
+            if n:
+                out[n] = first
+    return out
+
+
+def param_table(estimators=None) -> dict[str, ParamSpec]:
+    """Every hyper-parameter of the given estimator classes, in declaration order.
+
+    Parameters
+    ----------
+    estimators : iterable of estimator classes, optional
+        Default: the classes of :data:`METHODS`.
+
+    Returns
+    -------
+    dict of str -> ParamSpec
+    """
+    if estimators is None:
+        estimators = _method_classes()
+    table: dict[str, dict] = {}
+    for cls in estimators:
+        sig = inspect.signature(cls.__init__)
+        docs = _docstring_params(cls)
+        for name, p in sig.parameters.items():
+            if name == "self" or name in _NOT_ON_SURFACES:
+                continue
+            if name not in cls._parameter_constraints:
+                raise TypeError(f"{cls.__name__}.{name} has no entry in _parameter_constraints")
+            row = table.setdefault(
+                name,
+                {
+                    "constraints": tuple(cls._parameter_constraints[name]),
+                    "defaults": {},
+                    "help": "",
+                    "estimators": [],
+                },
+            )
+            row["defaults"][cls.__name__] = p.default
+            row["estimators"].append(cls.__name__)
+            text = docs.get(name, "")
+            if not row["help"] and text and not text.startswith("As in"):
+                row["help"] = text
+    return {
+        name: ParamSpec(
+            name=name,
+            key=option_name(name),
+            constraints=row["constraints"],
+            defaults=dict(row["defaults"]),
+            help=row["help"],
+            estimators=tuple(row["estimators"]),
+        )
+        for name, row in table.items()
+    }
+
+
+def parse_value(spec: ParamSpec, value: Any) -> Any:
+    """A value from a text surface as the Python value the estimator expects.
+
+    Non-strings (TOML ints, floats, booleans) pass through, except that an integral
+    float is kept as is (the estimator's constraint decides). Strings are tried
+    against the constraints in order: ``None`` ("none"), ``"boolean"``
+    ("true"/"false"/"1"/"0"/"yes"/"no"), ``StrOptions`` (exact option), integer
+    ``Interval`` (decimal integer), real ``Interval`` (float); a string that matches
+    none is returned unchanged, so that the estimator's validation names it.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    low = text.lower()
+    for c in spec.constraints:
+        if c is None and low in ("none", "null", ""):
+            return None
+        if c == "boolean" and low in ("true", "false", "1", "0", "yes", "no"):
+            return low in ("true", "1", "yes")
+        if isinstance(c, StrOptions) and text in c.options:
+            return text
+        if isinstance(c, Interval) and c.type is numbers.Integral:
+            if re.fullmatch(r"[+-]?\d+", text):
+                return int(text)
+        if isinstance(c, Interval) and c.type in (numbers.Real, "real_not_int"):
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        if c == "random_state" and re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+    return text
+
+
+def validate_params(est) -> None:
+    """scikit-learn's validation of ``est``'s parameters, plus finiteness of numbers.
+
+    Raises
+    ------
+    InvalidParameterError
+        (a ``ValueError``) with scikit-learn's message, naming the estimator, the
+        parameter, what it must be and what it got.
+    """
+    params = est.get_params(deep=False)
+    cls = type(est).__name__
+    validate_parameter_constraints(est._parameter_constraints, params, caller_name=cls)
+    for name, v in params.items():
+        numeric = any(isinstance(c, Interval) for c in est._parameter_constraints.get(name, ()))
+        if not numeric or v is None or isinstance(v, str):
+            continue
+        if isinstance(v, bool) or (isinstance(v, numbers.Real) and not math.isfinite(v)):
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {cls} must be a finite number. Got {v!r} instead."
+            )
+
+
+# ---------------------------------------------------------------------- methods
+def _method_classes():
+    from fedep.detectors import FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
+
+    return (FedEP, FedPG, PooledPCA, LocalPCA, OneShotPCA)
+
+
+def _methods() -> dict[str, tuple[type, dict]]:
+    from fedep.detectors import ABLATION_CASES, FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
+
+    return {
+        "fedep": (FedEP, {}),
+        "fedpg": (FedPG, {}),
+        "case1": (FedEP, ABLATION_CASES["I"]),
+        "case2": (FedEP, ABLATION_CASES["II"]),
+        "case3": (FedEP, ABLATION_CASES["III"]),
+        "pca": (PooledPCA, {}),
+        "local-pca": (LocalPCA, {}),
+        "oneshot": (OneShotPCA, {}),
+    }
+
+
+#: Method names of the command line and the Flower run config (``--method``).
+METHODS: tuple[str, ...] = (
+    "fedep",
+    "fedpg",
+    "case1",
+    "case2",
+    "case3",
+    "pca",
+    "local-pca",
+    "oneshot",
+)
+
+
+def make_estimator(method: str, params: dict[str, Any] | None = None, *, validate=True):
+    """The estimator of a method name with the given parameters (validated).
+
+    Parameters
+    ----------
+    method : str
+        One of :data:`METHODS`; ``case1``..``case3`` are FedEP's ablation cases, whose
+        fixed parameters may not be overridden with other values.
+    params : dict, optional
+        Parameters by Python name; one that the method's estimator does not accept
+        is an error naming the option.
+
+    Raises
+    ------
+    ValueError
+        Unknown method, a parameter that does not apply, or (``validate``) the
+        estimator's own message for a bad value.
+    """
+    table = _methods()
+    if method not in table:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    cls, fixed = table[method]
+    params = dict(params or {})
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    for name in params:
+        if name not in accepted:
+            raise ValueError(f"{option_name(name)} does not apply to method {method}")
+    clash = [k for k in fixed if k in params and params[k] != fixed[k]]
+    if clash:
+        raise ValueError(f"{option_name(clash[0])} is fixed by method {method} ({fixed})")
+    est = cls(**{**params, **fixed})
+    if validate:
+        validate_params(est)
+    return est
+
+
+# ---------------------------------------------------------------------- CLI
+def _metavar(spec: ParamSpec) -> str:
+    parts = []
+    for c in spec.constraints:
+        if isinstance(c, StrOptions):
+            parts.extend(sorted(c.options - set(getattr(c, "deprecated", ()) or ())))
+        elif isinstance(c, Interval):
+            parts.append("INT" if c.type is numbers.Integral else "FLOAT")
+        elif c is None:
+            parts.append("none")
+        elif c == "random_state":
+            parts.append("INT")
+    return "{" + ",".join(dict.fromkeys(parts)) + "}" if len(parts) > 1 else (parts or ["V"])[0]
+
+
+def _default_text(spec: ParamSpec) -> str:
+    vals = {repr(v) for v in spec.defaults.values()}
+    if len(vals) == 1:
+        return f"default: {next(iter(spec.defaults.values()))!r}"
+    return "default: " + ", ".join(f"{k} {v!r}" for k, v in spec.defaults.items())
+
+
+def add_param_options(parser: argparse.ArgumentParser, table=None) -> None:
+    """Add one ``--key`` option per parameter of the table (default: not given).
+
+    A boolean parameter gets ``--key`` / ``--no-key``. Every option's default is
+    "not given" (the estimator's own default applies), so that
+    :func:`params_from_args` passes only what the user typed.
+    """
+    table = param_table() if table is None else table
+    group = parser.add_argument_group("estimator parameters (one per estimator parameter)")
+    for spec in table.values():
+        used = ", ".join(spec.estimators)
+        help_ = f"{spec.help} ({_default_text(spec)}; {used})".replace("%", "%%")
+        if spec.constraints == ("boolean",):
+            group.add_argument(
+                f"--{spec.key}",
+                dest=f"param__{spec.name}",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_,
+            )
+        else:
+            group.add_argument(
+                f"--{spec.key}",
+                dest=f"param__{spec.name}",
+                default=None,
+                metavar=_metavar(spec),
+                help=help_,
+            )
+
+
+def params_from_args(args: argparse.Namespace, table=None) -> dict[str, Any]:
+    """The parameters given on the command line, as Python values."""
+    table = param_table() if table is None else table
+    out = {}
+    for spec in table.values():
+        v = getattr(args, f"param__{spec.name}", None)
+        if v is not None:
+            out[spec.name] = parse_value(spec, v)
+    return out
+
+
+# ---------------------------------------------------------------------- Flower
+#: Run-config value meaning "the estimator's own default" (TOML has no null, and
+#: defaults differ between estimators, e.g. ``tol``).
+UNSET = ""
+
+
+def run_config_defaults() -> dict[str, Any]:
+    """One run-config key per parameter of every estimator, each :data:`UNSET`.
+
+    Flower only accepts ``--run-config`` keys that the app declares, so every
+    parameter is declared; left unset it takes the chosen method's own default.
+    """
+    return {spec.key: UNSET for spec in param_table().values()}
+
+
+def params_from_run_config(run_config: dict, method: str) -> dict[str, Any]:
+    """The estimator parameters set in a Flower run config, as Python values.
+
+    Keys that are not parameters configure the run itself and are ignored here;
+    a parameter of another estimator set to a value is an error naming it.
+    """
+    cls, _ = _methods()[method] if method in _methods() else (None, None)
+    if cls is None:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    out = {}
+    for spec in param_table().values():
+        v = run_config.get(spec.key, UNSET)
+        if isinstance(v, str) and v == UNSET:
+            continue
+        if cls.__name__ not in spec.estimators:
+            raise ValueError(f"{spec.key} does not apply to method {method}")
+        out[spec.name] = parse_value(spec, v)
+    return out
