@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from uuid import uuid4
 
+import numpy as np
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
@@ -35,6 +36,10 @@ class FaultPlan:
 
     error: dict[int, int] = field(default_factory=dict)
     vanish: dict[int, int] = field(default_factory=dict)
+    #: ``{gateway index: (round, kind)}``: the gateway's reply in that round is
+    #: tampered with; ``kind`` "nan" (NaN in ``W``), "shape" (``W`` of the wrong
+    #: shape) or "missing" (no ``metrics``): a malformed or hostile payload.
+    corrupt: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
 class _Run:
@@ -118,9 +123,27 @@ class LocalGrid(Grid):
         except Exception as exc:  # noqa: BLE001 - a crashing ClientApp gives an error reply
             reply = Message(Error(code=1, reason=repr(exc)), reply_to=msg)
         if not reply.has_error():
+            if rnd is not None and self.faults.corrupt.get(idx, (None,))[0] == rnd:
+                _tamper(reply, self.faults.corrupt[idx][1])
             reply = wire_copy(reply)
         self.sent.append((nid, reply))
         self._replies[msg.metadata.message_id] = reply
+
+
+def _tamper(reply: Message, kind: str) -> None:
+    from fedep.federation.flower.protocol import arrays_of, to_array_record
+
+    a = arrays_of(reply.content["local"])
+    if kind == "nan":
+        a["W"] = np.where(np.arange(a["W"].size).reshape(a["W"].shape) == 0, np.nan, a["W"])
+    elif kind == "shape":
+        a["W"] = a["W"][:, :-1]
+    elif kind == "missing":
+        del reply.content["metrics"]
+        return
+    else:
+        raise ValueError(f"unknown corruption {kind!r}")
+    reply.content["local"] = to_array_record(**a)
 
 
 def wire_copy(msg: Message) -> Message:

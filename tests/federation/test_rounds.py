@@ -1,0 +1,157 @@
+"""The one round loop: sampling, stop test, hook, result type."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedep import FedEP
+from fedep.core.fedep import RoundReport
+from fedep.core.stiefel import polar, random_stiefel
+from fedep.data import make_federated_data
+from fedep.federation.rounds import (
+    Cohort,
+    FederationResult,
+    RoundClients,
+    TooFewClients,
+    converged,
+    run_rounds,
+)
+
+
+def _blocks(d=4, seed=0):
+    data = make_federated_data(
+        n_clients=d, n_features=8, n_components=2, n_samples=60, random_state=seed
+    )
+    return [data.X_train[data.groups_train == g] for g in np.unique(data.groups_train)]
+
+
+def _cohort(blocks, r=2, **params):
+    est = FedEP(n_components=r, **params)
+    V0 = random_stiefel(blocks[0].shape[1], r, np.random.default_rng(0))
+    return est._make_cohort(blocks, V0), V0
+
+
+def test_cohorts_satisfy_the_protocols():
+    coh, _ = _cohort(_blocks())
+    assert isinstance(coh, Cohort) and isinstance(coh, RoundClients)
+
+
+def test_hook_sees_every_round_and_the_model():
+    coh, V0 = _cohort(_blocks())
+    seen = []
+    res = run_rounds(
+        coh, "fedep", V0, n_rounds=5, tol=0.0, on_round=lambda k, V, rec: seen.append((k, V))
+    )
+    assert [k for k, _ in seen] == [1, 2, 3, 4, 5] == [h["round"] for h in res.history]
+    np.testing.assert_array_equal(seen[-1][1], res.V)
+    assert not np.allclose(seen[0][1], seen[-1][1])
+    assert res.stop_reason == "max_rounds" and res.n_rounds == 5
+
+
+def test_stops_when_converged_and_never_on_a_partial_round():
+    coh, V0 = _cohort(_blocks())
+    res = run_rounds(coh, "fedep", V0, n_rounds=500, tol=1e-4)
+    assert res.stop_reason == "converged" and res.n_rounds < 500
+    assert converged(res.history[-1], 1e-4, "fedep")
+    assert not any(converged(h, 1e-4, "fedep") for h in res.history[:-1])
+    coh, V0 = _cohort(_blocks())
+    part = run_rounds(coh, "fedep", V0, n_rounds=60, tol=1e9, client_fraction=0.5)
+    assert part.stop_reason == "max_rounds" and part.n_rounds == 60
+    assert {h["n_clients"] for h in part.history} == {2}
+
+
+def test_sampling_is_driven_by_the_rng():
+    picks = []
+
+    class Recorder:
+        d = 10
+
+        def local_round(self, V, clients=None):
+            picks.append(None if clients is None else clients.tolist())
+            k = 10 if clients is None else len(clients)
+            W = np.broadcast_to(V, (k, *V.shape)).copy()
+            zeros = np.zeros(k)
+            m = dict.fromkeys(
+                ("fit", "l1", "l21", "projection", "lam_terms", "data_residual"), zeros
+            )
+            m.update(x_norm2=np.ones(k), grad_scale=np.ones(k), manpg_iter=zeros, ssn_iter=zeros)
+            return RoundReport(W=W, Pi=np.zeros_like(W), nu=np.ones(k), metrics=m)
+
+    V0 = polar(np.eye(5, 2))
+    run_rounds(Recorder(), "fedep", V0, n_rounds=3, tol=0.0, client_fraction=0.3,
+               rng=np.random.default_rng(4))  # fmt: skip
+    again = list(picks)
+    picks.clear()
+    run_rounds(Recorder(), "fedep", V0, n_rounds=3, tol=0.0, client_fraction=0.3,
+               rng=np.random.default_rng(4))  # fmt: skip
+    assert picks == again and all(len(p) == 3 and p == sorted(p) for p in picks)
+    picks.clear()
+    run_rounds(Recorder(), "fedep", V0, n_rounds=2, tol=0.0)
+    assert picks == [None, None]
+
+
+def test_too_few_clients_ends_the_run():
+    class Failing:
+        d = 3
+
+        def local_round(self, V, clients=None):
+            raise TooFewClients("none answered")
+
+    res = run_rounds(Failing(), "fedep", np.eye(4, 2), n_rounds=5, tol=0.0)
+    assert res.stop_reason == "too_few_clients" and res.n_rounds == 0
+
+
+def test_estimator_uses_the_loop_with_its_callback():
+    blocks = _blocks()
+    X = np.vstack(blocks)
+    g = np.concatenate([np.full(len(b), i) for i, b in enumerate(blocks)])
+    calls = []
+    det = FedEP(n_components=2, n_rounds=4, tol=0.0, random_state=0,
+                callback=lambda k, V, rec: calls.append((k, V.shape, rec["objective"])))  # fmt: skip
+    det.fit(X, groups=g)
+    assert [c[0] for c in calls] == [1, 2, 3, 4]
+    assert calls[0][1] == (8, 2)
+    assert [c[2] for c in calls] == [h["objective"] for h in det.history_]
+    coh, V0 = _cohort(blocks, random_state=0)
+    V0 = random_stiefel(8, 2, np.random.default_rng(0))
+    coh = FedEP(n_components=2)._make_cohort([(b - det.mean_) / det.scale_ for b in blocks], V0)
+    res = run_rounds(coh, "fedep", V0, n_rounds=4, tol=0.0, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(polar(res.V), det.components_.T, atol=1e-10)
+
+
+def test_result_json_round_trip(tmp_path):
+    coh, V0 = _cohort(_blocks())
+    res = run_rounds(coh, "fedep", V0, n_rounds=3, tol=0.0)
+    res.components = polar(res.V).T
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(res.to_json()))
+    back = FederationResult.load(path)
+    np.testing.assert_array_equal(back.V, res.V)
+    np.testing.assert_array_equal(back.components, res.components)
+    assert back.history == json.loads(json.dumps(res.history))
+    assert back.stop_reason == res.stop_reason and back.n_rounds == 3
+
+
+def test_cohort_state_round_trip_resumes_identically():
+    blocks = _blocks()
+    a, V0 = _cohort(blocks)
+    b, _ = _cohort(blocks)
+    ra = run_rounds(a, "fedep", V0, n_rounds=3, tol=0.0)
+    b_state_source, _ = _cohort(blocks)
+    run_rounds(b_state_source, "fedep", V0, n_rounds=2, tol=0.0)
+    b.load_state(b_state_source.state_arrays())
+    V = run_rounds(_cohort(blocks)[0], "fedep", V0, n_rounds=2, tol=0.0).V
+    rep_a = a.state_arrays()
+    b.local_round(V)
+    for k, v in b.state_arrays().items():
+        np.testing.assert_allclose(v, rep_a[k], atol=1e-12, err_msg=k)
+    assert ra.n_rounds == 3
+    with pytest.raises(ValueError, match="missing"):
+        b.load_state({"W": rep_a["W"]})
+    bad = dict(rep_a)
+    bad["W"] = bad["W"][:, :, :1]
+    with pytest.raises(ValueError, match="shape"):
+        b.load_state(bad)
