@@ -1,0 +1,54 @@
+"""Federated automatic feature pipeline for flow records.
+
+Gateways summarise their own records (:func:`summarize_columns`); the server merges the
+summaries (:func:`merge_summaries`), decides what each column becomes
+(:func:`decide_columns`: log1p for heavy-tailed counts, one-hot for small-vocabulary
+text, identifiers/addresses/timestamps/labels excluded, ...) and fits a centring and
+scaling from merged moments (:func:`federated_scale`). :class:`FeaturePipeline` wraps
+it all as a scikit-learn transformer whose ``fit(X, groups=...)`` never pools rows.
+"""
+
+from fedep.features._values import MISSING_TOKENS, FeatureError
+from fedep.features.decide import (
+    NAME_HINTS,
+    ColumnDecision,
+    decide_columns,
+    format_decisions,
+)
+from fedep.features.pipeline import FeaturePipeline
+from fedep.features.scaling import (
+    DEFAULT_SCALING_CANDIDATES,
+    SCALE_RULES,
+    ScalingChoice,
+    choose_scaling,
+    federated_scale,
+)
+from fedep.features.summaries import (
+    KMV,
+    ColumnSummaries,
+    ColumnSummary,
+    LogHistogram,
+    merge_summaries,
+    summarize_columns,
+)
+
+__all__ = [
+    "DEFAULT_SCALING_CANDIDATES",
+    "KMV",
+    "MISSING_TOKENS",
+    "NAME_HINTS",
+    "SCALE_RULES",
+    "ColumnDecision",
+    "ColumnSummaries",
+    "ColumnSummary",
+    "FeatureError",
+    "FeaturePipeline",
+    "LogHistogram",
+    "ScalingChoice",
+    "choose_scaling",
+    "decide_columns",
+    "federated_scale",
+    "format_decisions",
+    "merge_summaries",
+    "summarize_columns",
+]

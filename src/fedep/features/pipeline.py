@@ -1,0 +1,395 @@
+"""A scikit-learn transformer whose fit never pools records across gateways.
+
+Federated fit, two rounds (what :meth:`FeaturePipeline.fit` does with ``groups``):
+
+1. every gateway sends ``summarize_columns(frame)``; the server calls
+   :meth:`FeaturePipeline.fit_from_summaries` (merge + :func:`decide_columns`);
+2. every gateway sends ``pipeline.gateway_moments(frame)`` (moments of its encoded
+   features); the server calls :meth:`FeaturePipeline.fit_scaling`.
+
+Transform policy (per row, no state):
+
+* needed columns missing -> one :class:`FeatureError` naming all of them; columns not
+  seen at fit are ignored and listed in ``last_ignored_columns_``; column order is free;
+* numeric columns: null, NaN and missing tokens (``-`` ...) -> the training median
+  (from the sketch, within its 3.6 % error) plus ``<col>_missing`` = 1 where the column
+  has that indicator; ``+inf`` / ``-inf`` -> the training max / min (clipping, not
+  missing: an infinite rate is an extreme, not an absent, value); any other text that
+  does not parse as a number -> :class:`FeatureError` naming the column, the value and
+  its row label; ``log1p`` is applied as ``sign(x) log1p(|x|)`` so that an unexpected
+  negative value cannot produce NaN;
+* one-hot columns: values outside the vocabulary (unseen or rare at fit) -> ``<other>``;
+  null -> ``<NA>`` if that was a category at fit, else ``<other>``.
+
+Output: ``float64`` array of shape (n_samples, n_features_out), centred and scaled by
+the federated rule (``scale_rule``; ``None`` leaves the encoded features unscaled).
+:meth:`FeaturePipeline.to_dict` / :meth:`~FeaturePipeline.from_dict` give a versioned
+JSON-able form (no pickle) that reproduces the transform bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
+
+from fedep.core.stats import Moments, client_moments, combine_moments
+from fedep.features._values import (
+    BOOL_FALSE,
+    BOOL_TRUE,
+    MISSING_TOKENS,
+    NA_CATEGORY,
+    FeatureError,
+    column_family,
+    numeric_values,
+    string_view,
+)
+from fedep.features.decide import ColumnDecision, decide_columns
+from fedep.features.scaling import SCALE_RULES, federated_scale
+from fedep.features.summaries import (
+    DEFAULT_SKETCH_SIZE,
+    ColumnSummaries,
+    merge_summaries,
+    summarize_columns,
+)
+
+__all__ = ["PIPELINE_VERSION", "FeaturePipeline"]
+
+PIPELINE_VERSION = 1
+_FORMAT = "fedep.features.FeaturePipeline"
+
+
+def _as_frame(X) -> pd.DataFrame:
+    if isinstance(X, pd.DataFrame):
+        df = X
+    else:
+        df = pd.DataFrame(X)
+    names = [str(c) for c in df.columns]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise FeatureError(f"duplicate column names: {', '.join(map(repr, dup))}")
+    if names != list(df.columns):
+        df = df.set_axis(names, axis=1)
+    return df
+
+
+def _read_numeric(s: pd.Series, d: ColumnDecision) -> np.ndarray:
+    """Float values of a column for a numeric decision; NaN = missing; raises on junk text."""
+    fam = column_family(s)
+    if fam != "string":
+        return numeric_values(s, fam)
+    codes, uniq = pd.factorize(pd.Series(s, dtype=object), use_na_sentinel=True)
+    text = [str(u) for u in uniq]
+    low = [t.strip().lower() for t in text]
+    vals = pd.to_numeric(pd.Series(low, dtype=object), errors="coerce").to_numpy(float)
+    for i, t in enumerate(low):
+        if math.isnan(vals[i]):
+            if d.kind == "boolean" and t in BOOL_TRUE:
+                vals[i] = 1.0
+            elif d.kind == "boolean" and t in BOOL_FALSE:
+                vals[i] = 0.0
+            elif t not in MISSING_TOKENS and t != "nan":
+                pos = int(np.flatnonzero(codes == i)[0])
+                label = s.index[pos]
+                label = label.item() if hasattr(label, "item") else label
+                raise FeatureError(
+                    f"column {d.name!r} is numeric but row {label!r} holds {text[i]!r}"
+                )
+    out = np.full(len(s), np.nan)
+    ok = codes >= 0
+    out[ok] = vals[codes[ok]]
+    return out
+
+
+def _encode_column(s: pd.Series, d: ColumnDecision) -> np.ndarray:
+    """Encoded features of one column, shape (n_samples, len(d.output_names()))."""
+    n = len(s)
+    if d.action == "one-hot":
+        keys = string_view(s, column_family(s)).fillna(NA_CATEGORY)
+        codes = pd.Index(list(d.vocabulary), dtype=object).get_indexer(keys).astype(np.int64)
+        k = len(d.vocabulary)
+        codes[codes < 0] = k
+        out = np.zeros((n, k + 1))
+        out[np.arange(n), codes] = 1.0
+        return out
+    x = _read_numeric(s, d)
+    miss = np.isnan(x)
+    x = np.where(x == np.inf, d.hi, x)
+    x = np.where(x == -np.inf, d.lo, x)
+    x[miss] = d.impute
+    if d.action in ("log1p", "signed-log"):
+        x = np.sign(x) * np.log1p(np.abs(x))
+    cols = [x]
+    if d.missing_indicator:
+        cols.append(miss.astype(float))
+    return np.column_stack(cols)
+
+
+class FeaturePipeline(TransformerMixin, BaseEstimator):
+    """Automatic feature pipeline for flow records, fitted from per-gateway summaries.
+
+    Parameters
+    ----------
+    include, exclude, categorical, numeric : sequence of str, optional
+        User overrides, see :func:`fedep.features.decide_columns`.
+    max_categories : int, default=32
+        One-hot vocabulary size per column.
+    scale_rule : {"floor", "sd", "shrink"} or None, default="floor"
+        Federated scale rule (:func:`fedep.features.federated_scale`); ``None``: no
+        centring/scaling.
+    scale_floor : float, default=0.1
+        The rule's parameter (floor fraction, or shrinkage weight for ``"shrink"``).
+        Choose it on validation data (:func:`fedep.features.choose_scaling`).
+    sketch_size : int, default=32
+        Quantile-sketch bins per decade.
+
+    Attributes
+    ----------
+    summary_ : ColumnSummaries
+        Merged training summary.
+    decisions_ : list of ColumnDecision
+    feature_names_in_ : ndarray of str
+        Columns seen at fit (any gateway).
+    mean_, scale_ : ndarray of shape (n_features_out,)
+        Set by :meth:`fit_scaling` (zeros / ones when ``scale_rule`` is None).
+    moments_ : Moments or None
+        Pooled moments of the encoded training features.
+    last_ignored_columns_ : list of str
+        Columns of the last transformed frame that were not seen at fit.
+    """
+
+    def __init__(
+        self,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        categorical: Sequence[str] | None = None,
+        numeric: Sequence[str] | None = None,
+        max_categories: int = 32,
+        scale_rule: str | None = "floor",
+        scale_floor: float = 0.1,
+        sketch_size: int = DEFAULT_SKETCH_SIZE,
+    ):
+        self.include = include
+        self.exclude = exclude
+        self.categorical = categorical
+        self.numeric = numeric
+        self.max_categories = max_categories
+        self.scale_rule = scale_rule
+        self.scale_floor = scale_floor
+        self.sketch_size = sketch_size
+
+    # ------------------------------------------------------------------ fitting
+    def summarize(self, X: pd.DataFrame) -> ColumnSummaries:
+        """Round 1 on one gateway: :func:`summarize_columns` with this pipeline's settings."""
+        return summarize_columns(
+            _as_frame(X),
+            max_categories=max(64, int(self.max_categories)),
+            sketch_size=int(self.sketch_size),
+        )
+
+    def fit_from_summaries(self, summaries: Sequence[ColumnSummaries]) -> FeaturePipeline:
+        """Server side of round 1: merge the gateways' summaries and decide the columns.
+
+        Parameters
+        ----------
+        summaries : sequence of ColumnSummaries
+            One per gateway (``to_dict`` / ``from_dict`` to carry them over Flower).
+
+        Returns
+        -------
+        self
+        """
+        if self.scale_rule is not None and self.scale_rule not in SCALE_RULES:
+            raise FeatureError(f"scale_rule must be None or one of {SCALE_RULES}")
+        merged = merge_summaries(summaries)
+        self.summary_ = merged
+        self.decisions_ = decide_columns(
+            merged,
+            include=self.include,
+            exclude=self.exclude,
+            categorical=self.categorical,
+            numeric=self.numeric,
+            max_categories=int(self.max_categories),
+        )
+        self.feature_names_in_ = np.asarray(list(merged.columns), dtype=object)
+        self.n_features_in_ = len(self.feature_names_in_)
+        names = [f for d in self.decisions_ for f in d.output_names()]
+        self._names_out = np.asarray(names, dtype=object)
+        self.moments_ = None
+        if self.scale_rule is None:
+            self.mean_, self.scale_ = np.zeros(len(names)), np.ones(len(names))
+        else:
+            self.mean_ = self.scale_ = None
+        return self
+
+    def gateway_moments(self, X: pd.DataFrame) -> Moments:
+        """Round 2 on one gateway: moments of its encoded (unscaled) features."""
+        return client_moments(self.encode(X))
+
+    def fit_scaling(self, moments: Sequence[Moments]) -> FeaturePipeline:
+        """Server side of round 2: merge the gateways' moments and apply ``scale_rule``."""
+        self._check_decided()
+        pooled = combine_moments(moments)
+        self.moments_ = pooled
+        if self.scale_rule is None:
+            self.mean_, self.scale_ = np.zeros(len(pooled.mean)), np.ones(len(pooled.mean))
+        else:
+            self.mean_, self.scale_ = federated_scale(
+                pooled, self.scale_rule, float(self.scale_floor)
+            )
+        return self
+
+    def fit(self, X: pd.DataFrame, y=None, groups=None) -> FeaturePipeline:
+        """Fit as a federation would: each group (gateway) is summarised separately.
+
+        Parameters
+        ----------
+        X : DataFrame of shape (n_samples, n_columns)
+        y : ignored
+        groups : array-like of shape (n_samples,), optional
+            Gateway id of every row; ``None``: one gateway.
+
+        Returns
+        -------
+        self
+        """
+        df = _as_frame(X)
+        if groups is None:
+            frames = [df]
+        else:
+            g = np.asarray(groups)
+            if g.shape != (len(df),):
+                raise FeatureError(f"groups must have shape ({len(df)},), got {g.shape}")
+            codes, _ = pd.factorize(g)
+            frames = [df.iloc[codes == k] for k in range(codes.max() + 1)]
+        self.fit_from_summaries([self.summarize(f) for f in frames])
+        if self.scale_rule is not None:
+            self.fit_scaling([self.gateway_moments(f) for f in frames])
+        return self
+
+    # ------------------------------------------------------------------ transform
+    def _check_decided(self) -> None:
+        if not hasattr(self, "decisions_"):
+            raise NotFittedError("FeaturePipeline is not fitted: call fit or fit_from_summaries")
+
+    def encode(self, X: pd.DataFrame) -> np.ndarray:
+        """Encoded features before centring/scaling.
+
+        Parameters
+        ----------
+        X : DataFrame of shape (n_samples, n_columns)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features_out), float64
+        """
+        self._check_decided()
+        df = _as_frame(X)
+        present = set(df.columns)
+        missing = [
+            d.name for d in self.decisions_ if d.used and not d.optional and d.name not in present
+        ]
+        if missing:
+            raise FeatureError(
+                f"missing {len(missing)} column(s) needed by the fitted FeaturePipeline: "
+                + ", ".join(map(repr, missing))
+            )
+        seen = set(self.feature_names_in_.tolist())
+        self.last_ignored_columns_ = [c for c in df.columns if c not in seen]
+        blocks = []
+        for d in self.decisions_:
+            if not d.used:
+                continue
+            if d.name in present:
+                s = df[d.name]
+            else:
+                s = pd.Series(np.full(len(df), np.nan), index=df.index, dtype=float)
+            blocks.append(_encode_column(s, d))
+        if not blocks:
+            return np.zeros((len(df), 0))
+        return np.ascontiguousarray(np.hstack(blocks), dtype=np.float64)
+
+    def transform(self, X: pd.DataFrame) -> np.ndarray:
+        """Encode, centre and scale.
+
+        Parameters
+        ----------
+        X : DataFrame of shape (n_samples, n_columns)
+            Any column order; extra columns ignored (see ``last_ignored_columns_``).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features_out), float64
+        """
+        Z = self.encode(X)
+        if self.mean_ is None:
+            raise NotFittedError("FeaturePipeline scaling is not fitted: call fit_scaling")
+        return (Z - self.mean_) / self.scale_
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        """Output feature names: ``col``, ``col_missing``, ``col=value``, ``col=<other>``."""
+        self._check_decided()
+        return self._names_out.copy()
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict:
+        """Versioned JSON-able form of the fitted pipeline (no pickle)."""
+        self._check_decided()
+
+        def lst(v):
+            return None if v is None else ([v] if isinstance(v, str) else [str(x) for x in v])
+
+        params = self.get_params()
+        for k in ("include", "exclude", "categorical", "numeric"):
+            params[k] = lst(params[k])
+        scaling = None
+        if self.mean_ is not None:
+            scaling = {"mean": self.mean_.tolist(), "scale": self.scale_.tolist()}
+            if self.moments_ is not None:
+                scaling["moments"] = {
+                    "count": int(self.moments_.count),
+                    "mean": self.moments_.mean.tolist(),
+                    "m2": self.moments_.m2.tolist(),
+                }
+        return {
+            "format": _FORMAT,
+            "version": PIPELINE_VERSION,
+            "params": params,
+            "columns_in": self.feature_names_in_.tolist(),
+            "decisions": [d.to_dict() for d in self.decisions_],
+            "scaling": scaling,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FeaturePipeline:
+        """Inverse of :meth:`to_dict` (the merged summary is not stored: ``summary_`` is None)."""
+        if data.get("format") != _FORMAT or data.get("version") != PIPELINE_VERSION:
+            raise FeatureError(
+                f"not a version-{PIPELINE_VERSION} FeaturePipeline dict "
+                f"(format={data.get('format')!r}, version={data.get('version')!r})"
+            )
+        self = cls(**data["params"])
+        self.summary_ = None
+        self.decisions_ = [ColumnDecision.from_dict(d) for d in data["decisions"]]
+        self.feature_names_in_ = np.asarray(data["columns_in"], dtype=object)
+        self.n_features_in_ = len(self.feature_names_in_)
+        self._names_out = np.asarray(
+            [f for d in self.decisions_ for f in d.output_names()], dtype=object
+        )
+        sc = data.get("scaling")
+        self.moments_ = None
+        if sc is None:
+            self.mean_ = self.scale_ = None
+        else:
+            self.mean_ = np.asarray(sc["mean"], dtype=float)
+            self.scale_ = np.asarray(sc["scale"], dtype=float)
+            if "moments" in sc:
+                m = sc["moments"]
+                self.moments_ = Moments(
+                    int(m["count"]), np.asarray(m["mean"], float), np.asarray(m["m2"], float)
+                )
+        return self

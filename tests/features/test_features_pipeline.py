@@ -1,0 +1,197 @@
+"""FeaturePipeline: federated fit, transform policy, persistence, scaling, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+
+from fedep.core.stats import Moments, client_moments, combine_moments
+from fedep.features import (
+    FeatureError,
+    FeaturePipeline,
+    choose_scaling,
+    federated_scale,
+    summarize_columns,
+)
+
+from .conftest import flow_table
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    df, _ = flow_table(1500, seed=1)
+    groups = np.random.default_rng(2).integers(0, 4, len(df))
+    return FeaturePipeline().fit(df, groups=groups), df, groups
+
+
+def test_output_shape_names_and_centring(fitted):
+    pipe, df, _ = fitted
+    Z = pipe.transform(df)
+    names = pipe.get_feature_names_out()
+    assert Z.dtype == np.float64 and Z.shape == (len(df), len(names))
+    assert "conn_state=<other>" in names and "orig_bytes" in names
+    assert not any(n.startswith(("ts", "uid", "id.")) for n in names)
+    used = [n for n in names if n != "conn_state=<other>" and not n.endswith("=<other>")]
+    assert np.allclose(Z.mean(axis=0), 0, atol=1e-9)
+    assert np.all(np.isfinite(Z)) and len(used) > 5
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 1000), k=st.integers(2, 5))
+def test_per_gateway_fit_equals_pooled_fit(seed, k):
+    df, _ = flow_table(300, seed=seed)
+    groups = np.random.default_rng(seed).integers(0, k, len(df))
+    fed = FeaturePipeline().fit(df, groups=groups)
+    pooled = FeaturePipeline().fit(df)
+    assert [d.to_dict() for d in fed.decisions_] == [d.to_dict() for d in pooled.decisions_]
+    np.testing.assert_allclose(fed.mean_, pooled.mean_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fed.scale_, pooled.scale_, rtol=1e-9)
+
+
+def test_fit_from_summaries_two_rounds(fitted):
+    pipe, df, groups = fitted
+    frames = [df[groups == g] for g in range(4)]
+    server = FeaturePipeline()
+    server.fit_from_summaries([server.summarize(f) for f in frames])
+    server.fit_scaling([server.gateway_moments(f) for f in frames])
+    np.testing.assert_allclose(server.transform(df), pipe.transform(df), rtol=1e-12, atol=1e-12)
+
+
+def test_unseen_category_goes_to_other(fitted):
+    pipe, df, _ = fitted
+    x = df.iloc[:3].copy()
+    x["conn_state"] = ["SF", "NEVER_SEEN", None]
+    Z = pipe.encode(x)
+    names = list(pipe.get_feature_names_out())
+    other = names.index("conn_state=<other>")
+    assert Z[:, other].tolist() == [0.0, 1.0, 1.0]
+    assert Z[0, names.index("conn_state=SF")] == 1.0
+
+
+def test_missing_columns_named_in_one_error(fitted):
+    pipe, df, _ = fitted
+    with pytest.raises(FeatureError, match=r"missing 2 column\(s\).*'proto'.*'orig_bytes'"):
+        pipe.transform(df.drop(columns=["proto", "orig_bytes", "uid"]))
+
+
+def test_extra_columns_ignored_and_reordered_identical(fitted):
+    pipe, df, _ = fitted
+    base = pipe.transform(df)
+    x = df[df.columns[::-1]].assign(extra=1, other_extra="z")
+    np.testing.assert_array_equal(pipe.transform(x), base)
+    assert pipe.last_ignored_columns_ == ["extra", "other_extra"]
+
+
+def test_bad_text_in_numeric_column_names_column_and_row(fitted):
+    pipe, df, _ = fitted
+    x = df.iloc[:5].copy()
+    x["orig_bytes"] = ["1", "2", "-", "oops", "5"]
+    x.index = [10, 11, 12, 13, 14]
+    with pytest.raises(FeatureError, match=r"'orig_bytes'.*row 13.*'oops'"):
+        pipe.transform(x)
+
+
+def test_missing_and_infinite_values(fitted):
+    pipe, df, _ = fitted
+    d = {x.name: x for x in pipe.decisions_}["duration"]
+    x = df.iloc[:4].copy()
+    x["duration"] = [np.nan, np.inf, -np.inf, "-"]
+    Z = pipe.encode(x)
+    col = list(pipe.get_feature_names_out()).index("duration")
+    expect = np.log1p([d.impute, d.hi, d.lo, d.impute])
+    np.testing.assert_allclose(Z[:, col], expect)
+    assert np.all(np.isfinite(pipe.transform(x)))
+
+
+def test_dict_round_trip_identical_transform(fitted):
+    pipe, df, _ = fitted
+    blob = json.dumps(pipe.to_dict())
+    back = FeaturePipeline.from_dict(json.loads(blob))
+    np.testing.assert_array_equal(back.transform(df), pipe.transform(df))
+    assert list(back.get_feature_names_out()) == list(pipe.get_feature_names_out())
+    assert back.get_params() == {**pipe.get_params()}
+    with pytest.raises(FeatureError, match="version"):
+        FeaturePipeline.from_dict({**pipe.to_dict(), "version": 2})
+
+
+def test_gateway_lacking_a_column():
+    df, _ = flow_table(600, seed=5)
+    groups = np.repeat([0, 1, 2], 200)
+    frames = [df[groups == g] for g in range(3)]
+    frames[2] = frames[2].drop(columns=["resp_bytes"])
+    auto = FeaturePipeline()
+    auto.fit_from_summaries([summarize_columns(f, max_categories=64) for f in frames])
+    assert "resp_bytes" not in auto.get_feature_names_out()
+    auto.fit_scaling([auto.gateway_moments(f) for f in frames])  # every gateway can encode
+    kept = FeaturePipeline(include=["resp_bytes"])
+    kept.fit_from_summaries([kept.summarize(f) for f in frames])
+    kept.fit_scaling([kept.gateway_moments(f) for f in frames])
+    Z = kept.transform(frames[2])
+    names = list(kept.get_feature_names_out())
+    assert Z[:, names.index("resp_bytes_missing")].min() > 0  # all missing there
+
+
+def test_federated_scale_rules():
+    X = np.column_stack(
+        [np.arange(10.0), np.full(10, 2.0), 0.01 * np.arange(10.0), np.arange(10) * 3.0]
+    )
+    m = combine_moments([client_moments(X[:4]), client_moments(X[4:])])
+    sd = X.std(axis=0)
+    mean, s = federated_scale(m, "sd")
+    np.testing.assert_allclose(mean, X.mean(axis=0))
+    np.testing.assert_allclose(s, [sd[0], 1.0, sd[2], sd[3]])
+    typical = np.median(sd[[0, 2, 3]])
+    _, f = federated_scale(m, "floor", 0.1)
+    np.testing.assert_allclose(f, np.maximum([sd[0], 0, sd[2], sd[3]], 0.1 * typical))
+    _, k = federated_scale(m, "shrink", 0.5)
+    med_var = np.median(sd[[0, 2, 3]] ** 2)
+    np.testing.assert_allclose(
+        k, np.sqrt(0.5 * np.array([sd[0], 0, sd[2], sd[3]]) ** 2 + 0.5 * med_var)
+    )
+    with pytest.raises(FeatureError):
+        federated_scale(m, "nope")
+    assert isinstance(m, Moments)
+
+
+def test_choose_scaling_returns_a_candidate():
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(3, 8))
+    blocks = [rng.normal(size=(200, 3)) @ W + 0.1 * rng.normal(size=(200, 8)) for _ in range(3)]
+    blocks = [np.column_stack([b, np.zeros(len(b))]) for b in blocks]
+    val = [rng.normal(size=(100, 3)) @ W + 0.1 * rng.normal(size=(100, 8))]
+    val = [np.column_stack([v, rng.normal(0, 0.01, len(v))]) for v in val]
+    cands = [("sd", 0.0), ("floor", 0.1), ("shrink", 0.3)]
+    choice = choose_scaling(blocks, val, rank=3, candidates=cands)
+    assert [c[:2] for c in choice.scores] == [(r, float(p)) for r, p in cands]
+    assert (choice.rule, choice.floor) in [(r, float(p)) for r, p in cands]
+    best = min(c[2] for c in choice.scores)
+    assert all(0 <= c[2] <= 1 for c in choice.scores)
+    assert [c for c in choice.scores if c[2] == best][0][:2] == (choice.rule, choice.floor)
+
+
+def _pca_residual(train: np.ndarray, test: np.ndarray, rank: int) -> np.ndarray:
+    mu = train.mean(axis=0)
+    _, _, vt = np.linalg.svd(train - mu, full_matrices=False)
+    v = vt[:rank].T
+    z = test - mu
+    return ((z - z @ v @ v.T) ** 2).sum(axis=1)
+
+
+def test_end_to_end_pipeline_beats_raw_zscores():
+    train, _ = flow_table(3000, seed=11)
+    test, y = flow_table(2000, seed=12, attack_share=0.1)
+    groups = np.arange(len(train)) % 5
+    pipe = FeaturePipeline().fit(train, groups=groups)
+    auc_pipe = roc_auc_score(y, _pca_residual(pipe.transform(train), pipe.transform(test), 3))
+    num = [c for c in train.columns if pd.api.types.is_numeric_dtype(train[c])]
+    a, b = train[num].to_numpy(float), test[num].to_numpy(float)
+    mu, sd = a.mean(axis=0), a.std(axis=0)
+    auc_raw = roc_auc_score(y, _pca_residual((a - mu) / sd, (b - mu) / sd, 3))
+    assert auc_pipe > 0.9
+    assert auc_pipe > auc_raw + 0.02, (auc_pipe, auc_raw)

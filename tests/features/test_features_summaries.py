@@ -1,0 +1,144 @@
+"""Per-gateway summaries: content, exact merge, associativity, serialisation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedep.features import (
+    KMV,
+    ColumnSummaries,
+    FeatureError,
+    LogHistogram,
+    merge_summaries,
+    summarize_columns,
+)
+
+from .conftest import flow_table
+
+
+def _frame(seed: int, n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "x": rng.lognormal(2, 2, n),
+            "s": rng.choice(["a", "b", "c", "-"], n),
+            "k": rng.integers(0, 5, n),
+            "t": rng.choice(["1", "2.5", "-", "7"], n),
+            "b": rng.choice([True, False], n),
+        }
+    )
+
+
+def _exact_view(cs) -> dict:
+    """Everything that must merge exactly (moments compared separately)."""
+    d = cs.to_dict()
+    for k in ("mean", "m2", "n_gateways"):
+        d.pop(k)
+    return d
+
+
+def test_summary_content():
+    df = pd.DataFrame(
+        {
+            "a": [0.0, 2.0, np.nan, -1.0, np.inf],
+            "s": ["x", "y", "-", None, "x"],
+            "ip": ["10.0.0.1", "10.0.0.2", "::1", "fe80::1", "aa:bb:cc:dd:ee:ff"],
+        }
+    )
+    s = summarize_columns(df)
+    a = s["a"]
+    assert (a.n_rows, a.n_null, a.n_num, a.n_posinf) == (5, 1, 3, 1)
+    assert (a.min, a.max, a.n_zero, a.n_nonneg) == (-1.0, 2.0, 1, 2)
+    assert a.mean == pytest.approx(1 / 3)
+    assert a.m2 == pytest.approx(np.var([0, 2, -1]) * 3)
+    st_ = s["s"]
+    assert st_.top == {"x": 2, "y": 1, "-": 1} and st_.n_null == 1 and st_.n_token == 1
+    assert st_.n_junk == 3 and st_.n_distinct == 3
+    assert s["ip"].n_address == 5
+    assert s["a"].inferred_type == "numeric" and st_.inferred_type == "string"
+
+
+def test_patterns_do_not_fire_on_times_of_day_or_words():
+    df = pd.DataFrame({"c": ["12:30:45", "cafe", "hello world", "2020-01-01T10:00:00Z"]})
+    c = summarize_columns(df)["c"]
+    assert c.n_address == 0 and c.n_uid == 0 and c.n_time == 1
+
+
+def test_sketch_quantile_error_bound():
+    rng = np.random.default_rng(1)
+    v = rng.lognormal(3, 2, 5000)
+    h = LogHistogram(32).add(v)
+    for q in (0.01, 0.25, 0.5, 0.9, 0.99):
+        true = np.sort(v)[int(np.floor(q * (len(v) - 1)))]
+        assert abs(h.quantile(q) - true) <= h.relative_error * true * (1 + 1e-9)
+    assert h.relative_error == pytest.approx(0.036, abs=1e-3)
+
+
+def test_kmv_exact_below_k_and_estimate_above():
+    small = KMV.of([f"v{i}" for i in range(100)])
+    assert small.estimate() == 100 and not small.saturated
+    big = KMV.of([f"v{i}" for i in range(20000)])
+    assert big.saturated and abs(big.estimate() / 20000 - 1) < 0.25
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 120),
+    n_parts=st.integers(1, 5),
+    drop_col=st.booleans(),
+)
+def test_merge_equals_summary_of_concatenation(seed, n, n_parts, drop_col):
+    df = _frame(seed, n)
+    rng = np.random.default_rng(seed + 1)
+    cuts = np.sort(rng.integers(0, n + 1, n_parts - 1))
+    bounds = [0, *cuts.tolist(), n]
+    parts = [df.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    if drop_col and len(parts) > 1:
+        parts[-1] = parts[-1].drop(columns=["k"])  # a gateway lacking a column
+    merged = merge_summaries([summarize_columns(p) for p in parts])
+    whole = summarize_columns(pd.concat(parts, ignore_index=True))
+    assert merged.n_rows == whole.n_rows == n
+    for name, cw in whole.columns.items():
+        cm = merged[name]
+        ew, em = _exact_view(cw), _exact_view(cm)
+        if name == "k" and drop_col and len(parts) > 1:
+            assert cm.n_absent == 1
+            ew.pop("families"), em.pop("families"), ew.pop("n_absent"), em.pop("n_absent")
+        assert ew == em, name
+        assert cm.mean == pytest.approx(cw.mean, rel=1e-9, abs=1e-9)
+        assert cm.m2 == pytest.approx(cw.m2, rel=1e-8, abs=1e-6)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_merge_is_associative_and_commutative(seed):
+    a, b, c = (summarize_columns(_frame(seed + i, 30 + 7 * i)) for i in range(3))
+    left = merge_summaries([merge_summaries([a, b]), c])
+    right = merge_summaries([a, merge_summaries([b, c])])
+    flipped = merge_summaries([c, b, a])
+    for name in left.columns:
+        assert _exact_view(left[name]) == _exact_view(right[name]) == _exact_view(flipped[name])
+        assert left[name].mean == pytest.approx(right[name].mean, rel=1e-12)
+        assert left[name].m2 == pytest.approx(flipped[name].m2, rel=1e-10)
+
+
+def test_json_round_trip():
+    df, _ = flow_table(300, seed=3)
+    s = summarize_columns(df)
+    back = ColumnSummaries.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back.to_dict() == s.to_dict()
+    with pytest.raises(FeatureError, match="version"):
+        ColumnSummaries.from_dict({**s.to_dict(), "version": 99})
+
+
+def test_merge_rejects_different_sketch_sizes():
+    df = _frame(0, 10)
+    with pytest.raises(FeatureError, match="sketch"):
+        merge_summaries([summarize_columns(df), summarize_columns(df, sketch_size=64)])
