@@ -352,19 +352,23 @@ class _FederatedMixin:
         """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
         return make_cohort(self._cohort_spec(), blocks, V0)
 
-    def _fit_clients(self, blocks, rng):
-        V0 = self._init_basis(blocks, rng)
-        cohort = self._make_cohort(blocks, V0)
-        res = run_rounds(
-            cohort,
+    def _run_rounds(self, clients, V0, rng, on_round=None):
+        """The one round loop with these parameters, over in-process or remote clients."""
+        return run_rounds(
+            clients,
             self._method,
             V0,
             n_rounds=self.n_rounds,
             tol=self.tol,
             client_fraction=self.client_fraction,
             rng=rng,
-            on_round=self.callback,
+            on_round=on_round,
         )
+
+    def _fit_clients(self, blocks, rng):
+        V0 = self._init_basis(blocks, rng)
+        cohort = self._make_cohort(blocks, V0)
+        res = self._run_rounds(cohort, V0, rng, self.callback)
         self._set_federation_result(res)
         return polar(res.V), cohort.state_arrays()["W"]
 

@@ -35,7 +35,7 @@ from fedep.federation.flower.protocol import (
     sort_labels,
     to_array_record,
 )
-from fedep.federation.rounds import FederationResult, TooFewClients, run_rounds
+from fedep.federation.rounds import FederationResult, TooFewClients
 from fedep.federation.server import merge_reports, validate_report
 from fedep.params import make_estimator, params_from_run_config, run_config_defaults
 
@@ -389,16 +389,7 @@ def run_federation(
         if callback is not None:
             callback(rnd, V, rec)
 
-    res = run_rounds(
-        clients,
-        est._method,
-        V0,
-        n_rounds=est.n_rounds,
-        tol=est.tol,
-        client_fraction=est.client_fraction,
-        rng=rng,
-        on_round=on_round,
-    )
+    res = est._run_rounds(clients, V0, rng, on_round)
     res.components = polar(res.V).T.copy()
     res.clients, res.mean, res.scale = gw.order, mean, scale
     res.setup_bytes = gw.setup_bytes
