@@ -1,18 +1,24 @@
 """Per-round progress display for the command line.
 
-:class:`RoundProgress` is a detector ``callback(round, record)``: on a terminal it draws
-a tqdm bar (one tick per communication round, with the residuals in the postfix);
-otherwise (a pipe, a log file, CI) it prints one plain line per round, so logs stay
+:class:`RoundProgress` is a detector callback, ``callback(round, V, record)`` (and the
+former ``callback(round, record)``): on a terminal it draws a tqdm bar (one tick per
+communication round, with the residuals in the postfix); otherwise (a pipe, a log
+file, CI) it prints at most :data:`MAX_LINES` plain lines per fit (round 1, every
+``ceil(n_rounds / (MAX_LINES - 1))``-th round, and the last round), so logs stay
 readable. Output goes to ``stream`` (stderr by default), never to stdout, so that
 command output can be piped.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TextIO
 
-__all__ = ["RoundProgress"]
+__all__ = ["RoundProgress", "MAX_LINES"]
+
+#: Most plain lines printed per fit when the stream is not a terminal.
+MAX_LINES = 10
 
 #: Record keys shown, in this order, with short labels.
 _SHOWN = (
@@ -69,12 +75,26 @@ class RoundProgress:
         self.enabled = enabled
         self.rounds_seen = 0
         self._bar = None
+        self._pending: tuple[int, dict] | None = None
+        self._last_printed = 0
 
-    def __call__(self, rnd: int, record: dict) -> None:
+    @property
+    def stride(self) -> int:
+        """Print every ``stride``-th round in plain-line mode (round 1 and the last
+        round always)."""
+        return max(1, math.ceil(self.n_rounds / (MAX_LINES - 1)))
+
+    def __call__(self, rnd: int, *args) -> None:
+        """``(round, V, record)`` or ``(round, record)``."""
+        if len(args) == 2:
+            record = args[1]
+        elif len(args) == 1:
+            record = args[0]
+        else:
+            raise TypeError("RoundProgress expects (round, V, record) or (round, record)")
         self.rounds_seen = int(rnd)
         if not self.enabled:
             return
-        fields = _fields(record)
         if self.tty:
             if self._bar is None:
                 from tqdm.auto import tqdm
@@ -82,10 +102,19 @@ class RoundProgress:
                 self._bar = tqdm(
                     total=self.n_rounds, desc=self.label, unit="round", file=self.stream
                 )
-            self._bar.set_postfix(fields, refresh=False)
+            self._bar.set_postfix(_fields(record), refresh=False)
             self._bar.update(1)
             return
-        parts = " ".join(f"{k}={v}" for k, v in fields.items())
+        rnd = int(rnd)
+        if rnd == 1 or rnd % self.stride == 0 or rnd >= self.n_rounds:
+            self._line(rnd, record)
+        else:
+            self._pending = (rnd, record)
+
+    def _line(self, rnd: int, record: dict) -> None:
+        self._pending = None
+        self._last_printed = rnd
+        parts = " ".join(f"{k}={v}" for k, v in _fields(record).items())
         t = record.get("time_s")
         tail = f" ({t:.3f} s)" if isinstance(t, (int, float)) else ""
         print(
@@ -95,7 +124,10 @@ class RoundProgress:
         )
 
     def close(self) -> None:
-        """Finish the bar (no-op in plain-line mode)."""
+        """Finish the bar; in plain-line mode print the last round if it was skipped
+        (a fit that converged between two printed rounds)."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if self._pending is not None and self.enabled:
+            self._line(*self._pending)

@@ -17,7 +17,7 @@ SECTIONS = (
     "trivial (flag all)",
     "## ROC curves",
     "## Accuracy and objective vs communication round",
-    "## Feature importance",
+    "## What makes attacks anomalous",
     "## Ablation",
     "## Rank",
     "## Training time per round vs number of clients",
@@ -38,7 +38,7 @@ def test_outputs_exist(quick_run):
     assert report == out / "report.md"
     assert (out / "results.json").is_file()
     figs = {p.name for p in (out / "figures").glob("*.png")}
-    assert {"roc_synthetic.png", "rounds_synthetic.png", "importance_synthetic.png"} <= figs
+    assert {"roc_synthetic.png", "rounds_synthetic.png", "contributions_synthetic.png"} <= figs
     assert "scalability.png" in figs
     assert any((out / "cells").glob("*.json"))
 
@@ -51,14 +51,14 @@ def test_report_says_synthetic_and_how_to_use_real_data(quick_run):
     assert str(empty) in text
     for s in SECTIONS:
         assert s in text, s
-    for fig in ("roc_synthetic.png", "rounds_synthetic.png", "importance_synthetic.png"):
+    for fig in ("roc_synthetic.png", "rounds_synthetic.png", "contributions_synthetic.png"):
         assert f"(figures/{fig})" in text
 
 
 def test_results_json_is_sane(quick_run):
     out, _, _, _ = quick_run
     res = json.loads((out / "results.json").read_text())
-    assert res["schema_version"] == 2 and res["mode"] == "quick"
+    assert res["schema_version"] == 3 and res["mode"] == "quick"
     assert res["data"]["source"] == "synthetic"
     assert set(res["data"]["missing"]) == {"nsl-kdd", "unsw-nb15", "ton-iot"}
     methods = {e["method"] for e in res["main"]}
@@ -85,8 +85,10 @@ def test_results_json_is_sane(quick_run):
     assert len(res["rounds"]["synthetic"]["FedEP"]) == res["config"]["curve_rounds"]
     roc = res["roc"]["synthetic"]["FedEP"]
     assert 0.0 <= roc["roc_auc"] <= 1.0 and len(roc["fpr"]) == len(roc["tpr"])
-    imp = res["importance"]["synthetic"]
-    assert len(imp["FedEP"]) == len(imp["FedPG"]) == len(imp["features"])
+    assert roc["operating_point"]["fpr"] == honest["FedEP"]["mean"]["fpr"]
+    con = res["contributions"]["synthetic"]
+    assert len(con["FedEP"]) == len(con["FedPG"]) == len(con["features"])
+    assert all(v >= 0 for v in con["FedEP"])
     assert all(r["time_per_round_s"] > 0 for r in res["scalability"])
 
 
@@ -99,6 +101,10 @@ def test_resume_skips_finished_cells(quick_run):
     assert res["cells"]["computed"] == 0
     assert res["cells"]["cached"] == n_cells
     assert not any(line.startswith("  [") for line in logs2)
+    # the report regenerated from the cache still has the per-dataset setup lines
+    text = (out / "report.md").read_text()
+    assert "- synthetic/clean: " in text and "- synthetic (rich features" in text
+    assert "NOTES" not in text
     # a deleted cell is recomputed, and only that one
     victim = sorted((out / "cells").glob("*FedPG-s0.json"))[0]
     victim.unlink()
@@ -167,7 +173,8 @@ def test_best_config_is_headline(quick_run):
 def test_best_selection_never_sees_test_data(method):
     import dataclasses
 
-    from fedep.evaluation.reproduce import MODES, _synthetic_split, select_best_config
+    from fedep.evaluation.reproduce import MODES, select_best_config
+    from fedep.evaluation.reproduce import synthetic_split as _synthetic_split
 
     best = {**MODES["quick"]["best"], "ranks": [2, 5, 10]}
     sp = _synthetic_split(3)

@@ -109,8 +109,11 @@ def test_estimator_uses_the_loop_with_its_callback():
     X = np.vstack(blocks)
     g = np.concatenate([np.full(len(b), i) for i, b in enumerate(blocks)])
     calls = []
-    det = FedEP(n_components=2, n_rounds=4, tol=0.0, random_state=0,
-                callback=lambda k, V, rec: calls.append((k, V.shape, rec["objective"])))  # fmt: skip
+
+    def record(k, V, rec):
+        calls.append((k, V.shape, rec["objective"]))
+
+    det = FedEP(n_components=2, n_rounds=4, tol=0.0, random_state=0, callback=record)
     det.fit(X, groups=g)
     assert [c[0] for c in calls] == [1, 2, 3, 4]
     assert calls[0][1] == (8, 2)

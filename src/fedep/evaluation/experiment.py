@@ -14,21 +14,14 @@ from typing import Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import roc_curve
 
 from fedep import FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
-from fedep.core.fedep import FedEPCohort
-from fedep.core.fedpg import FedPGCohort, FedPGSettings
 from fedep.core.scoring import residual_energy
-from fedep.core.stiefel import polar, random_stiefel
+from fedep.core.stiefel import polar
 from fedep.data import ClientSplit, Dataset, make_client_split
-from fedep.evaluation.metrics import (
-    best_f1_threshold,
-    detection_metrics,
-    per_class_recall,
-)
+from fedep.evaluation.evaluate import evaluate_fitted
+from fedep.evaluation.metrics import detection_metrics
 from fedep.evaluation.thresholds import DEFAULT_TARGET_FPR, threshold_from_validation
-from fedep.federation.server import server_round
 
 __all__ = [
     "METHODS",
@@ -159,17 +152,6 @@ def subsample_split(
     return out
 
 
-def _roc_points(y, s, max_points: int = 200) -> dict[str, list[float]]:
-    if len(np.unique(y)) < 2:
-        return {"fpr": [], "tpr": []}
-    fpr, tpr, _ = roc_curve(y, s)
-    if fpr.size > max_points:
-        grid = np.linspace(0.0, 1.0, max_points)
-        tpr = np.interp(grid, fpr, tpr)
-        fpr = grid
-    return {"fpr": [float(v) for v in fpr], "tpr": [float(v) for v in tpr]}
-
-
 def evaluate_detector(
     det,
     sp: ClientSplit,
@@ -177,9 +159,10 @@ def evaluate_detector(
     target_fpr: float = DEFAULT_TARGET_FPR,
     personalised: bool = False,
     with_roc: bool = False,
-    with_importance: bool = False,
+    with_contributions: bool = False,
 ) -> dict[str, Any]:
-    """Fit ``det`` on the split's training rows and evaluate it.
+    """Fit ``det`` on the split's training rows, then :func:`evaluate_fitted` it with
+    the honest threshold (policy ``"validation"``).
 
     Returns a dict: ``honest`` (test metrics at the threshold from validation-normal
     scores, quantile ``1 - target_fpr``), ``test_tuned`` (test metrics at the best-F1
@@ -187,43 +170,60 @@ def evaluate_detector(
     ``per_class`` (share flagged per test category at the honest threshold),
     ``fit_time_s``, ``n_iter``, ``personalised`` (honest metrics when every record is
     scored by its client's personalised basis, when the split gives test clients),
-    optionally ``roc`` (test ROC points) and
-    ``importance`` (sum of |weights| per feature of the global basis).
+    optionally ``roc`` (test ROC points and the honest operating point) and
+    ``contributions`` (mean residual contribution per feature over the test ATTACKS,
+    global basis: what makes the attacks anomalous).
     """
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         det.fit(sp.X_train, groups=sp.groups_train)
     fit_wall = time.perf_counter() - t0
-    gv = sp.groups_val if personalised else None
-    gt = sp.groups_test if personalised else None
-    s_val = det.decision_function(sp.X_val, gv)
-    s_test = det.decision_function(sp.X_test, gt)
-    thr = threshold_from_validation(s_val, sp.y_val, target_fpr)
-    honest = detection_metrics(sp.y_test, s_test, thr)
-    tuned = detection_metrics(sp.y_test, s_test, best_f1_threshold(sp.y_test, s_test))
-    val_auc = detection_metrics(sp.y_val, s_val, thr)["roc_auc"]
+    ev = evaluate_fitted(
+        det,
+        sp.X_test,
+        sp.y_test,
+        groups=sp.groups_test if personalised else None,
+        categories=sp.category_test,
+        threshold_policy="validation",
+        X_val=sp.X_val,
+        y_val=sp.y_val,
+        groups_val=sp.groups_val if personalised else None,
+        target_fpr=target_fpr,
+        with_roc=with_roc,
+    )
     out: dict[str, Any] = {
-        "honest": honest,
-        "test_tuned": tuned,
-        "val_roc_auc": val_auc,
-        "per_class": per_class_recall(sp.category_test, (s_test > thr).astype(int)),
+        "honest": ev["honest"],
+        "test_tuned": ev["test_tuned"],
+        "val_roc_auc": ev["val_roc_auc"],
+        "per_class": ev["per_class"],
         "fit_time_s": float(getattr(det, "fit_time_", fit_wall)),
         "fit_wall_s": fit_wall,
         "n_iter": int(getattr(det, "n_iter_", 0)),
     }
     if not personalised and sp.groups_test is not None and hasattr(det, "client_components_"):
-        pv = det.decision_function(sp.X_val, sp.groups_val)
-        pt = det.decision_function(sp.X_test, sp.groups_test)
-        pthr = threshold_from_validation(pv, sp.y_val, target_fpr)
-        out["personalised"] = detection_metrics(sp.y_test, pt, pthr)
+        pers = evaluate_fitted(
+            det,
+            sp.X_test,
+            sp.y_test,
+            groups=sp.groups_test,
+            threshold_policy="validation",
+            X_val=sp.X_val,
+            y_val=sp.y_val,
+            groups_val=sp.groups_val,
+            target_fpr=target_fpr,
+        )
+        out["personalised"] = pers["honest"]
     hist = getattr(det, "history_", None)
     if hist:
         out["time_per_round_s"] = float(np.mean([h["time_s"] for h in hist]))
     if with_roc:
-        out["roc"] = _roc_points(sp.y_test, s_test)
-    if with_importance:
-        out["importance"] = [float(v) for v in np.abs(det.components_).sum(axis=0)]
+        out["roc"] = ev["roc"]
+    if with_contributions:
+        attacks = sp.X_test[np.asarray(sp.y_test) == 1]
+        if len(attacks):
+            contrib = det.feature_contributions(attacks).mean(axis=0)
+            out["contributions"] = [float(v) for v in contrib]
     return out
 
 
@@ -238,56 +238,45 @@ def per_round_curve(
 ) -> list[dict[str, float]]:
     """Test accuracy / ROC AUC / objective of the global basis after each round.
 
-    Runs the same federated algorithm as :class:`fedep.FedEP` / :class:`fedep.FedPG`
-    (their cohorts and :func:`fedep.federation.server.server_round`, all clients per
-    round, random initial basis from the same seed) in a loop that scores the
-    orthonormalised consensus after every round, with the threshold from validation
-    normal scores at that round. One fit instead of ``n_rounds`` refits.
+    Fits ``make_detector(method, params)`` ONCE, with ``n_rounds`` rounds and
+    ``tol=0`` (every round runs), and a ``callback(round, V, record)`` that scores the
+    orthonormalised consensus ``polar(V)`` after every round of that fit: same
+    parameters, initialisation and client sampling as the detector's own fit. The
+    threshold is re-derived from validation-normal scores at each round.
+    ``cumulative_time_s`` sums the rounds' own ``time_s`` (scoring excluded).
     """
-    det = make_detector(method, {**params, "n_rounds": 1, "tol": 0.0}, random_state)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        det.fit(sp.X_train, groups=sp.groups_train)  # standardisation statistics
-    mean, scale = det.mean_, det.scale_
-    labels = np.unique(sp.groups_train)
-    blocks = [(sp.X_train[sp.groups_train == g] - mean) / scale for g in labels]
-    Zv = (sp.X_val - mean) / scale
-    Zt = (sp.X_test - mean) / scale
-    rng = np.random.default_rng(random_state)
-    r = det.n_components
-    V = random_stiefel(blocks[0].shape[1], r, rng)
-    if method == "FedEP":
-        cohort = FedEPCohort(blocks, V, det.beta, det.nu, det.settings())
-        key = "fedep"
-    elif method == "FedPG":
-        st = FedPGSettings(
-            lr=None if det.lr is None else float(det.lr),
-            rho=float(det.rho),
-            local_epochs=int(det.local_epochs),
-        )
-        cohort = FedPGCohort(blocks, V, st)
-        key = "fedpg"
-    else:
+    if method not in ("FedEP", "FedPG"):
         raise ValueError("per_round_curve supports FedEP and FedPG")
-    out = []
-    t_cum = 0.0
-    for rnd in range(1, n_rounds + 1):
-        t0 = time.perf_counter()
-        rep = cohort.local_round(V, None)
-        V, rec = server_round(key, rep, V)
-        t_cum += time.perf_counter() - t0
+    out: list[dict[str, float]] = []
+    std: dict[str, np.ndarray] = {}
+
+    def on_round(rnd: int, V: np.ndarray, record: dict) -> None:
+        if not std:  # the detector's standardisation is set before the rounds
+            std["val"] = (sp.X_val - det.mean_) / det.scale_
+            std["test"] = (sp.X_test - det.mean_) / det.scale_
         B = polar(V)
-        sv, st_ = residual_energy(Zv, B), residual_energy(Zt, B)
+        sv = residual_energy(std["val"], B)
+        st = residual_energy(std["test"], B)
         thr = threshold_from_validation(sv, sp.y_val, target_fpr)
-        m = detection_metrics(sp.y_test, st_, thr)
+        m = detection_metrics(sp.y_test, st, thr)
+        t_prev = out[-1]["cumulative_time_s"] if out else 0.0
         out.append(
             {
-                "round": rnd,
+                "round": int(rnd),
                 "acc": m["acc"],
                 "f1": m["f1"],
                 "roc_auc": m["roc_auc"],
-                "objective": float(rec["objective"]),
-                "cumulative_time_s": t_cum,
+                "objective": float(record["objective"]),
+                "cumulative_time_s": t_prev + float(record.get("time_s", 0.0)),
             }
         )
+
+    det = make_detector(
+        method,
+        {**params, "n_rounds": int(n_rounds), "tol": 0.0, "callback": on_round},
+        random_state,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        det.fit(sp.X_train, groups=sp.groups_train)
     return out

@@ -15,7 +15,6 @@ from fedep.evaluation.metrics import best_f1_threshold
 
 __all__ = [
     "DEFAULT_TARGET_FPR",
-    "threshold_from_contamination",
     "threshold_from_validation",
     "threshold_from_validation_f1",
     "honest_threshold",
@@ -23,16 +22,6 @@ __all__ = [
 
 #: Default target false-positive rate on validation-normal records.
 DEFAULT_TARGET_FPR = 0.05
-
-
-def threshold_from_contamination(train_scores, contamination: float = 0.05) -> float:
-    """The ``1 - contamination`` quantile of TRAINING scores (PyOD's ``threshold_``)."""
-    s = np.asarray(train_scores, dtype=float).ravel()
-    if not 0.0 < contamination < 1.0:
-        raise ValueError(f"contamination must be in (0, 1); got {contamination!r}")
-    if s.size == 0:
-        raise ValueError("no training scores")
-    return float(np.quantile(s, 1.0 - contamination))
 
 
 def threshold_from_validation(

@@ -1,0 +1,188 @@
+"""Shared pieces of the commands: errors, option parsers, data-source options, models."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+PROG = "fedep"
+
+DATASET_NAMES = ("nsl-kdd", "unsw-nb15", "ton-iot")
+PARTITIONS = ("sorted", "dirichlet", "iid")
+
+#: Seed of the client partition when ``--random-state`` is not given.
+DEFAULT_PARTITION_SEED = 0
+
+
+class UsageError(ValueError):
+    """A bad combination of command-line options (exit status 1, one line)."""
+
+
+# ---------------------------------------------------------------------- printing
+def one_line(exc: BaseException) -> str:
+    """The message of an exception on one line (OSErrors as ``file: reason``)."""
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror}"
+    return " ".join(text.split())
+
+
+def err(msg: str) -> None:
+    """Print ``fedep: error: msg`` on stderr."""
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+
+
+def info(msg: str, quiet: bool = False) -> None:
+    """A progress message on stderr (stdout stays for results)."""
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None):
+    """``warnings.showwarning`` replacement: one line, no source."""
+    print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- option types
+def int_at_least(low: int, what: str):
+    """The one integer option parser factory: integers ``>= low``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = low - 1
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}")
+        return v
+
+    return parse
+
+
+positive_int = int_at_least(1, "positive")
+nonneg_int = int_at_least(0, "non-negative")
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def dataset_name(text: str) -> str:
+    """Normalised dataset name; unknown names are reported by the command (one line)."""
+    return text.lower().replace("_", "-")
+
+
+def check_dataset(name: str | None) -> None:
+    if name is not None and name not in DATASET_NAMES:
+        raise UsageError(f"unknown dataset {name!r} (choose from {', '.join(DATASET_NAMES)})")
+
+
+# ---------------------------------------------------------------------- data options
+def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
+    """``--dataset NAME | --train/--test PATH`` and the table's column options."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--dataset",
+        type=dataset_name,
+        metavar="NAME",
+        help=f"official dataset: {', '.join(DATASET_NAMES)}",
+    )
+    src.add_argument(
+        "--test" if test else "--train",
+        dest="table",
+        metavar="PATH",
+        help="your own CSV or Parquet table (header row; numeric feature columns)",
+    )
+    p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
+    p.add_argument(
+        "--feature-set",
+        choices=("paper", "rich"),
+        default="paper",
+        help="feature set of an official dataset (default: paper)",
+    )
+    p.add_argument("--label-column", help="label column of the table")
+    p.add_argument(
+        "--normal-label",
+        help="label value of normal rows (default: labels must be 0 = normal / 1 = attack)",
+    )
+
+
+def add_clients(p: argparse.ArgumentParser, *, random_state: bool) -> None:
+    """Client options. ``random_state``: add ``--random-state`` (commands without
+    estimator options; ``fit`` gets it from the estimator parameters)."""
+    p.add_argument("--client-column", help="column holding each row's client (gateway) id")
+    p.add_argument(
+        "--clients",
+        type=positive_int,
+        metavar="D",
+        help="number of clients (default for --dataset: 10)",
+    )
+    p.add_argument(
+        "--partition",
+        choices=PARTITIONS,
+        help="how rows are split among --clients (default: sorted for --dataset, iid for --train)",
+    )
+    p.add_argument(
+        "--partition-key",
+        default="dst_bytes",
+        help="column sorted on by --partition sorted (default: dst_bytes)",
+    )
+    p.add_argument(
+        "--dirichlet-concentration",
+        type=finite_float,
+        default=0.5,
+        metavar="C",
+        help="Dirichlet concentration of --partition dirichlet (default: 0.5)",
+    )
+    if random_state:
+        p.add_argument(
+            "--random-state",
+            type=int,
+            default=DEFAULT_PARTITION_SEED,
+            metavar="INT",
+            help=f"seed of the partition (default: {DEFAULT_PARTITION_SEED})",
+        )
+
+
+# ---------------------------------------------------------------------- files, models
+def check_output_file(path, option: str) -> Path:
+    """Fail early (one line) unless ``path`` can be written: its directory exists, is
+    a directory and is writable, and ``path`` itself is not a directory."""
+    out = Path(path)
+    parent = out.parent
+    if not parent.exists():
+        raise UsageError(f"{option}: output directory {str(parent)!r} does not exist")
+    if not parent.is_dir():
+        raise UsageError(f"{option}: {str(parent)!r} is not a directory")
+    if out.is_dir():
+        raise UsageError(f"{option}: {str(out)!r} is a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option}: output directory {str(parent)!r} is not writable")
+    return out
+
+
+def load_model(path):
+    import fedep
+
+    return fedep.load(path)
+
+
+def model_features(det, path) -> list[str]:
+    from fedep.persistence import ModelFileError
+
+    names = getattr(det, "feature_names_in_", None)
+    if names is None:
+        raise ModelFileError(
+            f"model file {path} stores no feature names (it was fitted on a plain array); "
+            "refit it with `fedep fit` or from a pandas DataFrame"
+        )
+    return [str(c) for c in names]

@@ -1,0 +1,46 @@
+"""``fedep data verify`` (official dataset files) and ``fedep data summary``
+(per-client summary of a partition)."""
+
+from __future__ import annotations
+
+from fedep.cli._common import UsageError, add_clients, add_data_source
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="dataset files and partitions")
+    dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    dsub.required = True
+    q = dsub.add_parser("verify", help="check the official dataset files (SHA-256)")
+    q.add_argument("--data-dir", help="directory of the official datasets")
+    q.set_defaults(func=cmd_data_verify)
+    q = dsub.add_parser(
+        "summary",
+        help="per-client summary of a partition",
+        description="Rows, attack share and feature shift of every client.",
+    )
+    add_data_source(q)
+    add_clients(q, random_state=True)
+    q.set_defaults(func=cmd_data_summary)
+
+
+def cmd_data_verify(args) -> int:
+    from fedep.data import format_verify_report, resolve_data_dir, verify_data_dir
+
+    root = resolve_data_dir(args.data_dir)
+    records = verify_data_dir(root)
+    print(format_verify_report(records, str(root)))
+    bad = [r for r in records if r.status == "altered" or (r.required and r.status == "missing")]
+    return 1 if bad else 0
+
+
+def cmd_data_summary(args) -> int:
+    from fedep.cli.training import load_training
+    from fedep.data import format_partition_summary, partition_summary
+
+    if args.dataset is not None and args.clients is None:
+        raise UsageError("data summary needs --clients D")
+    data = load_training(args, "contaminated", seed=args.random_state, apply_protocol=False)
+    df = partition_summary(data.groups, data.y, data.X, data.names)
+    print(data.desc.replace(", protocol contaminated", ", all training rows"))
+    print(format_partition_summary(df))
+    return 0

@@ -1,0 +1,154 @@
+"""``fedep evaluate``: detection metrics of a saved model on labelled test data, at the
+model's own thresholds (learnt from training data), by
+:func:`fedep.evaluation.evaluate.evaluate_fitted`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from fedep.cli._common import (
+    UsageError,
+    add_data_source,
+    check_dataset,
+    load_model,
+    model_features,
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="detection metrics of a model on labelled test data",
+        description="Acc, Pre, Rec, FNR, FPR, F1, ROC AUC, PR AUC and per-attack-class "
+        "recall at the model's threshold (learnt from training data).",
+    )
+    p.add_argument("--model", required=True, help="model file from `fedep fit`")
+    add_data_source(p, test=True)
+    p.add_argument(
+        "--category-column",
+        help="attack-class column of --test (default: the label values when "
+        "--normal-label is given)",
+    )
+    p.add_argument(
+        "--client-column",
+        help="client id column of --test: rows of a known client are scored with its "
+        "personalised basis and flagged at its own threshold (as `fedep score`)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=cmd_evaluate)
+
+
+def test_data(args, names):
+    """X_test (a DataFrame of the model's columns), y_test, categories, clients, source."""
+    import pandas as pd
+
+    from fedep.cli.training import read_column
+    from fedep.data import DataError, load_csv, load_dataset
+
+    check_dataset(args.dataset)
+    if args.dataset is not None:
+        if args.label_column or args.normal_label or args.category_column or args.client_column:
+            raise UsageError(
+                "--label-column / --normal-label / --category-column / --client-column "
+                "apply to --test"
+            )
+        ds = load_dataset(args.dataset, args.data_dir, feature_set=args.feature_set)
+        if list(ds.feature_names) != names:
+            raise UsageError(
+                f"the model's {len(names)} features do not match {ds.name} with feature set "
+                f"{args.feature_set!r} ({len(ds.feature_names)} features); pass the dataset "
+                "and --feature-set the model was trained with"
+            )
+        X = pd.DataFrame(ds.X_test, columns=names, copy=False)
+        cats = np.asarray(ds.category_test).astype(str)
+        return X, ds.y_test, cats, None, f"{ds.name} test set"
+    if not args.label_column:
+        raise UsageError("--test needs --label-column")
+    t = load_csv(
+        args.table,
+        label_column=args.label_column,
+        normal_label=args.normal_label,
+        client_column=args.client_column,
+        feature_columns=names,
+    )
+    if args.category_column is not None:
+        cats = read_column(args.table, args.category_column)
+    elif args.normal_label is not None:
+        cats = read_column(args.table, args.label_column)
+    else:
+        cats = np.where(t.y == 0, "normal", "attack")
+    if len(cats) != len(t.y):
+        raise DataError(args.table, "category column length differs from the table")
+    cats = np.where(t.y == 0, "normal", cats)
+    groups = None
+    if args.client_column is not None:
+        groups = np.asarray(t.group_names, dtype=str)[t.groups]
+    X = pd.DataFrame(t.X, columns=names, copy=False)
+    return X, t.y, cats, groups, Path(args.table).name
+
+
+def cmd_evaluate(args) -> int:
+    from fedep._json import jsonable
+    from fedep.evaluation.evaluate import evaluate_fitted
+
+    det = load_model(args.model)
+    names = model_features(det, args.model)
+    X, y, cats, groups, source = test_data(args, names)
+    if groups is not None and det.clients_.dtype.kind in "iu":
+        from fedep.cli.score import client_ids
+
+        groups = client_ids(groups, det)
+    res = evaluate_fitted(det, X, y, groups=groups, categories=cats, threshold_policy="model")
+    personal = None
+    if res["clients"] is not None:
+        personal = {"client_column": args.client_column, **res["clients"]}
+    result = {
+        "model_file": str(args.model),
+        "detector": type(det).__name__,
+        "test": source,
+        "personalised": personal,
+        "n_test": res["n_test"],
+        "n_attack": res["n_attack"],
+        "threshold": res["threshold"],
+        "model": res["model"],
+        "trivial": res["trivial"],
+        "test_tuned": res["test_tuned"],
+        "per_class_recall": res["per_class"],
+    }
+    if args.json:
+        print(json.dumps(jsonable(result), indent=2))
+        return 0
+    _print_tables(det, result, res["labels"], source, args.client_column)
+    return 0
+
+
+def _print_tables(det, result, labels, source, client_column) -> None:
+    from fedep.evaluation.metrics import format_metrics_table
+
+    print(
+        f"{type(det).__name__} on {source}: {result['n_test']} records, {result['n_attack']} "
+        f"attacks; threshold {result['threshold']:.6g} (from training data)"
+    )
+    personal = result["personalised"]
+    if personal is not None:
+        print(
+            f"personalised by column {client_column!r}: "
+            f"{personal['rows_of_known_clients']} rows scored by their gateway's basis and "
+            f"threshold, {personal['rows_scored_globally']} rows of unknown clients by the "
+            "global ones"
+        )
+    rows = [{"detector": labels[k], **result[k]} for k in ("model", "trivial", "test_tuned")]
+    cols = ["detector", "acc", "pre", "rec", "fnr", "fpr", "f1", "roc_auc", "pr_auc"]
+    print(format_metrics_table(rows, columns=cols))
+    print()
+    print(
+        "per-class detection rate (share flagged at the training threshold; "
+        "recall for attack classes, FPR for normal):"
+    )
+    recall = result["per_class_recall"]
+    width = max((len(str(k)) for k in recall), default=5)
+    for k, v in recall.items():
+        print(f"  {str(k):<{width}}  {v:.4f}" if isinstance(v, float) else f"  {k}  {v}")

@@ -1,0 +1,172 @@
+"""``fedep fit``: models, methods, protocols, progress, the summary and output checks."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import fedep
+from fedep.cli import main
+
+from ._helpers import FEATURES, N_FEATURES, one_error_line
+
+
+def _fit(files, out, *extra):
+    args = ["fit", "--train", str(files.train), "--label-column", "label"]
+    return main([*args, *extra, "--out", str(out)])
+
+
+def test_fit_writes_model_with_feature_names_and_clients(files):
+    det = fedep.load(files.model)
+    assert type(det).__name__ == "FedEP"
+    assert list(det.feature_names_in_) == FEATURES
+    assert sorted(det.clients_.tolist()) == ["gw0", "gw1", "gw2"]
+    assert det.components_.shape == (2, N_FEATURES)
+    assert det.n_components == 2 and det.n_rounds == 15 and det.random_state == 0
+
+
+def test_fit_prints_progress_lines_and_summary(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    extra = ["--clients", "3", "--partition", "iid", "--n-rounds", "4", "--tol", "0"]
+    assert _fit(files, out, *extra, "--n-components", "2") == 0
+    cap = capsys.readouterr()
+    rounds = [ln for ln in cap.err.splitlines() if "round " in ln and "/4" in ln]
+    assert len(rounds) == 4  # plain lines when not a TTY, one per round (4 <= MAX_LINES)
+    assert "4 rounds" in cap.out and "stop reason: max_rounds" in cap.out
+    det = fedep.load(out)
+    assert det.n_iter_ == 4 and det.clients_.size == 3
+
+
+def test_fit_summary_names_non_default_parameters(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--n-components", "2", "--alpha", "0.5", "--quiet") == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "non-default" in ln)
+    assert "n_components=2" in line and "alpha=0.5" in line
+    assert "beta=" not in line and "n_rounds=" not in line  # defaults are not listed
+    assert "callback" not in line
+
+
+def test_fit_round_cap_prints_final_residuals(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    extra = ["--n-components", "2", "--n-rounds", "3", "--tol", "1e-12", "--quiet"]
+    assert _fit(files, out, *extra) == 0
+    text = capsys.readouterr().out
+    assert "round cap reached" in text
+    det = fedep.load(out)
+    last = det.history_[-1]
+    for key in ("consensus_residual_rel", "data_residual_rel", "dual_residual_rel"):
+        assert f"{key}={last[key]:.3g}" in text
+    assert "tol=1e-12" in text
+
+
+def test_fit_converged_prints_no_residuals(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--n-components", "2", "--tol", "0.5", "--quiet") == 0
+    text = capsys.readouterr().out
+    assert "stop reason: converged" in text and "residual" not in text
+
+
+@pytest.mark.parametrize(
+    ("method", "cls"),
+    [("fedpg", "FedPG"), ("case1", "FedEP"), ("pca", "PooledPCA"),
+     ("local-pca", "LocalPCA"), ("oneshot", "OneShotPCA")],
+)  # fmt: skip
+def test_fit_methods(files, tmp_path, method, cls):
+    out = tmp_path / "m.fedep"
+    rounds = ["--n-rounds", "3"] if method in ("fedpg", "case1") else []
+    extra = ["--client-column", "host", "--method", method, "--n-components", "2", *rounds]
+    assert _fit(files, out, *extra, "--quiet") == 0
+    det = fedep.load(out)
+    assert type(det).__name__ == cls
+    if method == "case1":
+        assert det.sparse_corruption is False and det.beta == 0.0
+
+
+def test_fit_clean_protocol_drops_attacks(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    base = ["--quiet", "--n-components", "2"]
+    assert _fit(files, out, *base, "--protocol", "clean") == 0
+    assert "150 training rows" in capsys.readouterr().out
+    assert _fit(files, out, *base, "--protocol", "contaminated") == 0
+    assert "155 training rows" in capsys.readouterr().out
+
+
+def test_fit_random_state_seeds_the_partition(files, tmp_path, monkeypatch):
+    import fedep.data
+
+    seeds = []
+    real = fedep.data.partition_iid
+
+    def spy(n, d, seed):
+        seeds.append(seed)
+        return real(n, d, seed)
+
+    monkeypatch.setattr(fedep.data, "partition_iid", spy)
+    out = tmp_path / "m.fedep"
+    base = ["--clients", "3", "--partition", "iid", "--method", "pca", "--quiet"]
+    assert _fit(files, out, *base) == 0
+    assert fedep.load(out).random_state is None  # the estimator keeps its default
+    assert _fit(files, out, *base, "--random-state", "7") == 0
+    assert fedep.load(out).random_state == 7
+    assert seeds == [0, 7]  # default 0 for the partition; else --random-state
+
+
+@pytest.mark.parametrize("kind", ["dir", "parent_missing", "parent_is_file"])
+def test_fit_checks_output_before_training(files, tmp_path, monkeypatch, capsys, kind):
+    import fedep.cli.training
+
+    def boom(*a, **k):  # pragma: no cover - must not be reached
+        raise AssertionError("training data loaded before the output check")
+
+    monkeypatch.setattr(fedep.cli.training, "load_training", boom)
+    (tmp_path / "afile").write_text("x")
+    out = {
+        "dir": tmp_path,
+        "parent_missing": tmp_path / "nope" / "m.fedep",
+        "parent_is_file": tmp_path / "afile" / "m.fedep",
+    }[kind]
+    assert _fit(files, out, "--quiet") == 1
+    line = one_error_line(capsys)
+    assert "--out" in line
+    assert {"dir": "is a directory", "parent_missing": "does not exist",
+            "parent_is_file": "is not a directory"}[kind] in line  # fmt: skip
+
+
+def test_fit_saves_through_fedep_save(files, tmp_path, monkeypatch):
+    calls = []
+    real = fedep.save
+
+    def spy(det, path, **kw):
+        calls.append(path)
+        real(det, path, **kw)
+
+    monkeypatch.setattr(fedep, "save", spy)
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--method", "pca", "--quiet") == 0
+    assert calls == [out] and out.is_file()
+
+
+def test_progress_bar_on_tty_and_plain_lines():
+    from fedep._progress import RoundProgress
+
+    rec = {"objective": 1.5, "consensus_residual_rel": 0.01, "time_s": 0.002}
+    V = np.eye(3)[:, :1]
+    buf = io.StringIO()
+    bar = RoundProgress(3, "fedep", stream=buf, tty=True)
+    for r in (1, 2, 3):
+        bar(r, V, rec)
+    bar.close()
+    assert "3/3" in buf.getvalue() and "round" in buf.getvalue()
+    buf = io.StringIO()
+    plain = RoundProgress(3, "fedep", stream=buf, tty=False)
+    plain(1, V, rec)
+    plain(2, V, rec)
+    assert buf.getvalue().splitlines() == [
+        "fedep: round 1/3 obj=1.5 cons=0.01 (0.002 s)",
+        "fedep: round 2/3 obj=1.5 cons=0.01 (0.002 s)",
+    ]
+    quiet = io.StringIO()
+    RoundProgress(3, stream=quiet, enabled=False)(1, V, rec)
+    assert quiet.getvalue() == ""

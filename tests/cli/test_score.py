@@ -1,0 +1,150 @@
+"""``fedep score``: appended columns, personalised scores, streaming, atomic output."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fedep
+from fedep.cli import main
+
+from ._helpers import FEATURES, one_error_line
+
+
+def _score(files, out, *extra, inp=None):
+    args = ["score", "--model", str(files.model), "--input", str(inp or files.test)]
+    return main([*args, "--output", str(out), "--quiet", *extra])
+
+
+def test_score_appends_columns_and_keeps_rows(files, tmp_path):
+    out = tmp_path / "scored.csv"
+    assert _score(files, out, "--client-column", "host") == 0
+    src = pd.read_csv(files.test, dtype=str, keep_default_na=False)
+    res = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert list(res.columns) == [*src.columns, "anomaly_score", "is_anomaly", "top_features"]
+    assert len(res) == len(src)
+    pd.testing.assert_frame_equal(res[src.columns], src)  # original text untouched
+    det = fedep.load(files.model)
+    X = pd.read_csv(files.test)[FEATURES]
+    groups = src["host"].to_numpy(dtype=str)
+    np.testing.assert_allclose(
+        res["anomaly_score"].astype(float), det.decision_function(X, groups), rtol=1e-8
+    )
+    np.testing.assert_array_equal(res["is_anomaly"].astype(int), det.predict(X, groups))
+    # without the client column, the global basis scores every row
+    out2 = tmp_path / "global.csv"
+    assert _score(files, out2) == 0
+    np.testing.assert_allclose(
+        pd.read_csv(out2)["anomaly_score"], det.decision_function(X), rtol=1e-8
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global.csv", "scored.csv"]
+
+
+def test_score_top_features(files, tmp_path):
+    out = tmp_path / "scored.csv"
+    assert _score(files, out, "--top-features", "2") == 0
+    res = pd.read_csv(out)
+    det = fedep.load(files.model)
+    contrib = det.feature_contributions(pd.read_csv(files.test)[FEATURES])
+    for i, text in enumerate(res["top_features"]):
+        items = [p.split(":") for p in text.split(";")]
+        assert len(items) == 2
+        assert items[0][0] == FEATURES[int(np.argmax(contrib[i]))]
+        vals = [float(v) for _, v in items]
+        assert vals[0] >= vals[1]
+        np.testing.assert_allclose(vals[0], contrib[i].max(), rtol=1e-3)
+
+
+def test_score_streaming_matches_single_chunk(files, tmp_path):
+    one, many = tmp_path / "one.csv", tmp_path / "many.csv"
+    assert _score(files, one, "--client-column", "host", "--chunksize", "1000000") == 0
+    assert _score(files, many, "--client-column", "host", "--chunksize", "7") == 0
+    assert one.read_bytes() == many.read_bytes()
+
+
+def test_score_with_integer_clients(files, tmp_path):
+    """A model whose clients come from --clients has integer ids; a numeric client
+    column picks each row's personalised basis, unknown values use the global one."""
+    model = tmp_path / "m.fedep"
+    args = ["fit", "--train", str(files.train), "--label-column", "label", "--quiet"]
+    args += ["--clients", "3", "--n-components", "2", "--n-rounds", "5", "--out", str(model)]
+    assert main(args) == 0
+    det = fedep.load(model)
+    assert det.clients_.tolist() == [0, 1, 2]
+    src = pd.read_csv(files.test)
+    src["site"] = np.arange(len(src)) % 4  # 3 = unknown client
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.to_csv(inp, index=False)
+    args = ["score", "--model", str(model), "--input", str(inp), "--output", str(out)]
+    assert main([*args, "--client-column", "site", "--quiet"]) == 0
+    res = pd.read_csv(out)
+    groups = src["site"].to_numpy()
+    expected = det.decision_function(src[FEATURES], groups)
+    np.testing.assert_allclose(res["anomaly_score"], expected, rtol=1e-8)
+    unknown = groups == 3
+    np.testing.assert_allclose(
+        res["anomaly_score"][unknown], det.decision_function(src[FEATURES][unknown]), rtol=1e-8
+    )
+    assert not np.allclose(expected, det.decision_function(src[FEATURES]))
+
+
+def test_score_output_directory_checked(files, tmp_path, capsys):
+    assert _score(files, tmp_path) == 1
+    assert "is a directory" in one_error_line(capsys)
+    assert _score(files, tmp_path / "nope" / "o.csv") == 1
+    assert "does not exist" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("how", ["keyboard", "sigterm"])
+def test_score_interrupted_leaves_no_partial_output(files, tmp_path, monkeypatch, capsys, how):
+    import fedep.cli.score as score_mod
+
+    out = tmp_path / "o.csv"
+    out.write_text("previous\n")  # an existing output is kept as it was
+    real = score_mod.score_block
+    calls = []
+
+    def interrupt_on_second_block(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            if how == "keyboard":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # fedep's handler raises KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(score_mod, "score_block", interrupt_on_second_block)
+    seen = []
+
+    # Outside the command SIGTERM only records (were fedep's handler missing, the
+    # command would finish with status 0 instead of dying with the test process).
+    def record(*a):
+        seen.append(a)
+
+    previous = signal.signal(signal.SIGTERM, record)
+    try:
+        rc = _score(files, out, "--chunksize", "5")
+        restored = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert rc == 130
+    assert one_error_line(capsys) == "fedep: error: interrupted"
+    assert len(calls) == 2 and seen == []
+    assert out.read_text() == "previous\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["o.csv"]  # no temporary file left
+    assert restored is record  # the command restored the handler it replaced
+
+
+def test_score_error_removes_temporary_file(files, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    lines = files.test.read_text().splitlines()
+    lines[40] += ",1"  # line 41: one field too many, in the 6th block of 8 lines
+    bad.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.csv"
+    assert _score(files, out, "--chunksize", "8", inp=bad) == 1
+    msg = one_error_line(capsys)
+    assert "line 41" in msg and "expected 9 fields, found 10" in msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
