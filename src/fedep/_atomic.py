@@ -1,0 +1,190 @@
+"""Atomic file writes and early checks of output paths.
+
+:func:`atomic_write` writes to a temporary file in the target's directory, flushes and
+``fsync``\\ s it, then renames it onto the target with :func:`os.replace` (atomic on
+POSIX and Windows within one file system) and ``fsync``\\ s the directory. If anything
+fails on the way (a full disk, an interrupt), the temporary file is removed and the
+previous target, if any, is left byte for byte as it was.
+
+:func:`check_writable` answers, before a long computation, whether its result could be
+written to a path at all, with a one-line :class:`OSError` naming the path if not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_write", "check_writable"]
+
+
+def _temp_name(target: Path) -> Path:
+    return target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+
+
+def _open_temp(target: Path, perm: int) -> tuple[int, Path]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = _temp_name(target)
+        try:
+            return os.open(tmp, flags, perm), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file next to {target}")
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # Windows, or a directory we may not open: the rename stands
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(
+    path: str | os.PathLike[str],
+    mode: str = "wb",
+    *,
+    encoding: str | None = None,
+    perm: int | None = None,
+) -> Iterator[IO[Any]]:
+    """Open ``path`` for writing so that it is replaced atomically, or not at all.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The target. A symbolic link is followed: the file it points to is replaced and
+        the link is kept.
+    mode : {"wb", "w"}
+        Binary or text mode.
+    encoding : str, optional
+        Text encoding for ``mode="w"`` (default UTF-8).
+    perm : int, optional
+        Permission bits of the new file. By default an existing target's bits are kept,
+        and a new file gets ``0o666`` minus the process umask, like :func:`open`.
+
+    Yields
+    ------
+    file object
+        A file in the target's directory named ``.NAME.XXXXXXXX.tmp``.
+
+    Notes
+    -----
+    On success the data is flushed, ``fsync``\\ ed, renamed onto the target with
+    :func:`os.replace`, and the directory is ``fsync``\\ ed. On any exception, including
+    :class:`KeyboardInterrupt` and ``OSError(ENOSPC)``, the temporary file is removed,
+    the target is untouched, and the exception propagates.
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write mode must be 'wb' or 'w', not {mode!r}")
+    target = Path(os.path.realpath(os.fspath(path)))
+    keep_bits = None
+    if perm is None:
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            perm = 0o666
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(f"cannot write {path}: it is a directory")
+            keep_bits = stat.S_IMODE(st.st_mode)
+            perm = 0o600
+    fd, tmp = _open_temp(target, perm)
+    fh = None
+    try:
+        if keep_bits is not None:
+            os.chmod(tmp, keep_bits)
+        if mode == "w":
+            fh = os.fdopen(fd, "w", encoding=encoding or "utf-8")
+        else:
+            fh = os.fdopen(fd, "wb")
+        yield fh
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
+        os.replace(tmp, target)
+    except BaseException:
+        if fh is None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        else:
+            with contextlib.suppress(Exception):
+                fh.close()
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(target.parent)
+
+
+def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) -> Path:
+    """Check, before long work, that a file could be written at ``path``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The intended output file.
+    make_parents : bool, default False
+        Create missing parent directories (otherwise only check they could be created).
+
+    Returns
+    -------
+    Path
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises
+    ------
+    IsADirectoryError
+        If ``path`` is a directory.
+    NotADirectoryError
+        If a parent of ``path`` is not a directory (for instance a regular file).
+    PermissionError
+        If the directory that would hold ``path`` is not writable.
+    OSError
+        If ``path`` exists but is not a regular file, or a probe file cannot be created
+        (for instance on a read-only file system).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"output path {p} is a directory")
+    if p.exists() and not p.is_file():
+        raise OSError(f"output path {p} exists and is not a regular file")
+    parent = Path(os.path.realpath(p)).parent
+    ancestor = parent
+    while not ancestor.exists():
+        if ancestor.parent == ancestor:
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise NotADirectoryError(f"cannot write {p}: {ancestor} is not a directory")
+    if ancestor != parent:
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise PermissionError(f"cannot write {p}: cannot create directories in {ancestor}")
+        if not make_parents:
+            return p
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise type(exc)(f"cannot write {p}: cannot create {parent} ({exc.strerror})") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {p}: directory {parent} is not writable")
+    try:  # the decisive test: read-only file systems, ACLs, immutable directories
+        fd, tmp = _open_temp(parent / p.name, 0o600)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise type(exc)(f"cannot write {p}: cannot create files in {parent} ({why})") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    return p
