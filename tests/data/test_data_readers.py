@@ -253,6 +253,18 @@ def test_mixed_type_column_kept_as_string(tmp_path):
     assert df["a"].tolist() == [1, 2, 3]
 
 
+def test_cp1252_labels(tmp_path):
+    # CIC-IDS2017 writes "Web Attack \x96 Brute Force" (Windows-1252 en dash), not UTF-8
+    p = tmp_path / "cic.csv"
+    p.write_bytes(b"a, Label\n1,BENIGN\n2,Web Attack \x96 Brute Force\n")
+    for df in (read_table(p), pd.concat(read_table(p, chunksize=1), ignore_index=True)):
+        assert df["Label"].tolist() == ["BENIGN", "Web Attack \u2013 Brute Force"]
+        assert df["a"].tolist() == [1, 2]
+    q = tmp_path / "latin.csv"
+    q.write_bytes(b"a,b\n1,x\x81y\n")  # 0x81: undefined in Windows-1252, Latin-1 decodes it
+    assert read_table(q)["b"].tolist() == ["x\x81y"]
+
+
 def test_all_missing_column_is_float_nan(tmp_path):
     p = tmp_path / "missing.csv"
     p.write_text("a,b,c\n1,,x\n2,,\n3,,z\n")

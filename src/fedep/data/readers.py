@@ -13,7 +13,9 @@ Supported formats (``format=``):
     (multi-threaded); column types are inferred over the whole file, so a column mixing
     numbers and text is kept as a string column (never dropped). Empty fields and the
     usual missing markers (``NA``, ``NaN``, ``null`` ...) are missing values; a column
-    with no value at all is float64 NaN. Blank lines carry no data and are ignored.
+    with no value at all is float64 NaN. Blank lines carry no data and are ignored. Text
+    that is not UTF-8 is decoded as Windows-1252 (CIC-IDS2017's labels hold byte ``0x96``)
+    or, failing that, Latin-1.
 ``"zeek"``
     Zeek ASCII (TSV) logs with their ``#separator``, ``#set_separator``, ``#empty_field``,
     ``#unset_field``, ``#path``, ``#open``, ``#fields``, ``#types`` header and ``#close``
@@ -67,7 +69,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -125,6 +127,9 @@ _FORMAT_SUFFIX: dict[str, str | None] = {
     ".ipc": "feather",
 }
 _DELIMITERS = (",", "\t", ";", "|")
+# CSV text that is not UTF-8 is read as Windows-1252 (CIC-IDS2017's labels hold byte 0x96,
+# an en dash), else Latin-1, which decodes any byte
+_ENCODINGS = ("utf-8", "cp1252", "latin-1")
 _HEAD_BYTES = 1 << 16
 _ZEEK_INT = {"count", "int", "port"}
 _ZEEK_FLOAT = {"double", "interval", "time"}
@@ -149,6 +154,7 @@ class ReadError(DataError):
 class _Source:
     path: Path
     compression: str | None  # None, "gzip", "bz2", "xz", "zstd"
+    encoding: str = "utf-8"  # text formats; see _ENCODINGS
 
     def open(self) -> IO[bytes] | pa.NativeFile:
         """A binary stream of the decompressed content."""
@@ -475,8 +481,12 @@ def _csv_header(src: _Source, head: bytes, delimiter: str) -> list[str]:
     if not line.strip():
         raise ReadError(src.path, "empty header line (no column names)", line=1)
     try:
-        fields = next(csv.reader([line.decode("utf-8")], delimiter=delimiter))
-    except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
+        text = line.decode(src.encoding)
+    except UnicodeDecodeError:
+        raise _WrongEncoding from None
+    try:
+        fields = next(csv.reader([text], delimiter=delimiter))
+    except (csv.Error, StopIteration) as exc:
         raise ReadError(src.path, f"unreadable header ({exc})", line=1) from None
     return _clean_names(src.path, fields)
 
@@ -486,7 +496,7 @@ def _text_lines(src: _Source) -> Iterator[str]:
     fh = src.open()
     try:
         raw = fh if not isinstance(fh, pa.NativeFile) else io.BufferedReader(fh)
-        yield from io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        yield from io.TextIOWrapper(raw, encoding=src.encoding, errors="replace", newline="")
     finally:
         fh.close()
 
@@ -538,7 +548,31 @@ def _ragged_error(src: _Source, delimiter: str, n_expected: int, bad: list) -> R
     )
 
 
-def _csv_options(names: list[str], delimiter: str, columns, column_types, threads: bool, bad):
+class _WrongEncoding(Exception):
+    """The text does not decode with the encoding tried: try the next of _ENCODINGS."""
+
+
+def _is_encoding_error(exc: Exception) -> bool:
+    return isinstance(exc, UnicodeDecodeError) or "invalid UTF8" in str(exc)
+
+
+def _check_decoded(src: _Source, schema: pa.Schema) -> None:
+    # pyarrow infers a column with invalid UTF-8 as binary instead of failing
+    if src.encoding == "utf-8" and any(pa.types.is_binary(f.type) for f in schema):
+        raise _WrongEncoding
+
+
+def _try_encodings(fn, src: _Source, *args):
+    """``fn(src_with_encoding, *args)`` for the first of _ENCODINGS that decodes the file."""
+    for enc in _ENCODINGS:
+        try:
+            return fn(replace(src, encoding=enc), *args)
+        except _WrongEncoding:
+            continue
+    raise ReadError(src.path, "cannot decode the text")  # pragma: no cover (latin-1 decodes)
+
+
+def _csv_options(src, names, delimiter, columns, column_types, threads: bool, bad):
     import pyarrow.csv as pacsv
 
     def on_invalid(row) -> str:
@@ -547,7 +581,11 @@ def _csv_options(names: list[str], delimiter: str, columns, column_types, thread
 
     return dict(
         read_options=pacsv.ReadOptions(
-            column_names=names, skip_rows=1, use_threads=threads, block_size=1 << 22
+            column_names=names,
+            skip_rows=1,
+            use_threads=threads,
+            block_size=1 << 22,
+            encoding=src.encoding,
         ),
         parse_options=pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid),
         convert_options=pacsv.ConvertOptions(
@@ -566,20 +604,27 @@ def _conversion_column(exc: Exception, names: list[str]) -> tuple[str, str] | No
 
 
 def _csv_table(src, head, delimiter, columns) -> pd.DataFrame:
+    return _try_encodings(_csv_table_encoded, src, head, delimiter, columns)
+
+
+def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
     import pyarrow.csv as pacsv
 
     names = _csv_header(src, head, delimiter)
     _check_columns(src.path, names, columns)
     bad: list = []
-    opts = _csv_options(names, delimiter, columns, None, True, bad)
+    opts = _csv_options(src, names, delimiter, columns, None, True, bad)
     with src.errors():
         fh = src.open()
         try:
             table = pacsv.read_csv(fh, **opts)
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
+                raise _WrongEncoding from None
             raise ReadError(src.path, f"cannot parse {_what(delimiter)}: {exc}") from None
         finally:
             fh.close()
+    _check_decoded(src, table.schema)
     if bad:
         raise _ragged_error(src, delimiter, len(names), bad)
     if table.num_rows == 0:
@@ -605,7 +650,7 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
     types: dict[str, pa.DataType] = {}
     for _ in range(2 * len(names) + 1):
         bad: list = []
-        opts = _csv_options(names, delimiter, columns, types, True, bad)
+        opts = _csv_options(src, names, delimiter, columns, types, True, bad)
         int_with_nulls: set[str] = set()
         schema = None
         n_rows = 0
@@ -615,6 +660,7 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
                 try:
                     reader = pacsv.open_csv(fh, **opts)
                     schema = reader.schema
+                    _check_decoded(src, schema)
                     for batch in reader:
                         n_rows += batch.num_rows
                         for f, col in zip(batch.schema, batch.columns, strict=True):
@@ -622,7 +668,9 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
                                 int_with_nulls.add(f.name)
                 finally:
                     fh.close()
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
+                raise _WrongEncoding from None
             hit = _conversion_column(exc, names)
             if hit is None:
                 raise ReadError(src.path, f"cannot parse {_what(delimiter)}: {exc}") from None
@@ -642,6 +690,10 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
 def _csv_reader(src, head, delimiter, columns, chunksize) -> _Frames:
     if chunksize is None:
         return lambda: iter([_csv_table(src, head, delimiter, columns)])
+    return _try_encodings(_csv_stream, src, head, delimiter, columns, chunksize)
+
+
+def _csv_stream(src, head, delimiter, columns, chunksize) -> _Frames:
     import pyarrow.csv as pacsv
 
     names = _csv_header(src, head, delimiter)
@@ -652,7 +704,7 @@ def _csv_reader(src, head, delimiter, columns, chunksize) -> _Frames:
 
     def frames() -> Iterator[pd.DataFrame]:
         bad: list = []
-        opts = _csv_options(names, delimiter, columns, types, True, bad)
+        opts = _csv_options(src, names, delimiter, columns, types, True, bad)
         with src.errors():
             fh = src.open()
             try:
@@ -1142,8 +1194,9 @@ def read_table(
         Return an iterator of DataFrames of ``chunksize`` rows each (the last may be
         shorter), every chunk with the same columns and dtypes. CSV/TSV files are read
         twice (a first pass settles the column types and finds malformed rows before any
-        chunk is returned); Zeek TSV, Parquet and Arrow stream with bounded memory;
-        JSON is read whole and then cut.
+        chunk is returned); Zeek TSV, Parquet and Arrow stream in one pass with bounded
+        memory (a malformed Zeek line raises when the stream reaches it); JSON is read
+        whole and then cut.
 
     Returns
     -------
