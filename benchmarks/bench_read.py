@@ -14,6 +14,9 @@ directory and measures, each in a fresh subprocess so that the peak resident set
 - ``read_table_chunks``: ``chunksize=200_000`` streaming (two passes over the file);
 - ``pandas_c``: ``pandas.read_csv(engine="c")``, for reference.
 
+``cpu_s_median`` / ``rows_per_cpu_s`` count CPU time over all threads: on a loaded machine
+wall-clock rows/s understates what a quiet one does.
+
 ``peak_rss_over_matrix`` is (peak RSS - RSS after the imports) over the bytes of the
 float64 matrix (rows x 34 x 8): what reading costs beyond the data it produces.
 ``arrow_pool_peak_mb`` is the peak of pyarrow's memory pool (not seen by tracemalloc).
@@ -44,7 +47,8 @@ import pyarrow as pa
 from fedep.data import read_table
 
 path, mode = sys.argv[1], sys.argv[2]
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+base = r0.ru_maxrss
 t0 = time.perf_counter()
 if mode == "whole":
     n = len(read_table(path))
@@ -53,8 +57,9 @@ elif mode == "chunks":
 else:
     n = len(pd.read_csv(path, engine="c"))
 dt = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"rows": n, "seconds": dt, "base_kb": base, "peak_kb": peak,
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+print(json.dumps({"rows": n, "seconds": dt, "cpu_s": cpu, "base_kb": base, "peak_kb": r1.ru_maxrss,
                   "pool_peak": pa.default_memory_pool().max_memory()}))
 """
 
@@ -102,6 +107,10 @@ def summarize(runs: list[dict], rows: int) -> dict:
         "seconds_min": float(np.min(secs)),
         "rows_per_s": rows / float(np.median(secs)),
         "rows_per_s_best": rows / float(np.min(secs)),
+        # CPU seconds (all threads): on a shared machine, rows per CPU-second is the
+        # steadier figure; wall time / CPU time < 1 means the threads ran in parallel
+        "cpu_s_median": float(np.median([r["cpu_s"] for r in runs])),
+        "rows_per_cpu_s": rows / float(np.median([r["cpu_s"] for r in runs])),
         "peak_rss_mb": max(r["peak_kb"] for r in runs) / 1024,
         "rss_after_imports_mb": runs[0]["base_kb"] / 1024,
         "peak_rss_over_matrix": max(extra) / matrix,

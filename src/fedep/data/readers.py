@@ -145,6 +145,10 @@ class ReadError(DataError):
     is one line: ``"<file>[, line N][, row N][, column 'c']: <what is wrong>"``.
     """
 
+    def __init__(self, path, message: str, **where) -> None:
+        # one line even when the reason quotes a multi-line pyarrow message
+        super().__init__(path, re.sub(r"\s*\n\s*", " ", str(message)).strip(), **where)
+
 
 # --------------------------------------------------------------------------------------
 # sources: a path plus its compression
