@@ -1,4 +1,4 @@
-"""Data: official dataset loaders, generic CSV/Parquet, features, partitions, synthetic data."""
+"""Data: dataset loaders, CSV/Parquet, flow-record readers, features, partitions, synthetic data."""
 
 from fedep.data.datasets import DATASETS, NSL_KDD_ATTACK_CATEGORIES, Dataset, load_dataset
 from fedep.data.errors import DataError, DatasetNotFoundError
@@ -17,6 +17,14 @@ from fedep.data.partition import (
     partition_summary,
 )
 from fedep.data.protocols import ClientSplit, make_client_split
+from fedep.data.readers import (
+    ReadError,
+    detect_format,
+    gateway_files,
+    gateway_id,
+    read_many,
+    read_table,
+)
 from fedep.data.standardize import federated_standardization
 from fedep.data.synthetic import SyntheticFederation, make_federated_data
 from fedep.data.tabular import TableData, load_csv, load_table
@@ -32,11 +40,15 @@ __all__ = [
     "Dataset",
     "DatasetNotFoundError",
     "FileRecord",
+    "ReadError",
     "SyntheticFederation",
     "TableData",
+    "detect_format",
     "federated_standardization",
     "format_partition_summary",
     "format_verify_report",
+    "gateway_files",
+    "gateway_id",
     "load_csv",
     "load_dataset",
     "load_table",
@@ -46,6 +58,8 @@ __all__ = [
     "partition_iid",
     "partition_sorted",
     "partition_summary",
+    "read_many",
+    "read_table",
     "resolve_data_dir",
     "verify_data_dir",
 ]
