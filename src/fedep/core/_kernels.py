@@ -364,12 +364,82 @@ def _cholesky_solve(S, x):  # pragma: no cover - compiled
     return True
 
 
+def _merit(WT, BT, tau, nb):  # pragma: no cover - compiled
+    # Dual merit psi = 1/2 ||B - W||^2 - sum_j huber(b_j) and its scale
+    # (fedep.core.ssn._merit); nb is scratch (n,).
+    r, n = WT.shape
+    for i in range(n):
+        nb[i] = 0.0
+    q = 0.0
+    for p in range(r):
+        for i in range(n):
+            dv = BT[p, i] - WT[p, i]
+            q += dv * dv
+            nb[i] += BT[p, i] * BT[p, i]
+    hs = 0.0
+    for i in range(n):
+        nv = np.sqrt(nb[i])
+        hs += tau * nv - 0.5 * tau * tau if nv > tau else 0.5 * nb[i]
+    q *= 0.5
+    return q - hs, q + abs(hs)
+
+
+def _slope_at(WT, B0T, t, tau, Lam, dL, s, Lnew, BnT, DnT, En, nrm):  # pragma: no cover
+    # <E(Lam + s dL), dL>: the slope of psi along dL, up to the factor t/2.
+    r = WT.shape[0]
+    for a in range(r):
+        for b in range(r):
+            Lnew[a, b] = Lam[a, b] + s * dL[a, b]
+    _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
+    acc = 0.0
+    for a in range(r):
+        for b in range(r):
+            acc += En[a, b] * dL[a, b]
+    return acc
+
+
+def _expand_search(WT, B0T, t, tau, Lam, dL, Lnew, BnT, DnT, En, nrm):  # pragma: no cover
+    # Exact line search of psi along Lam + s dL, s >= 1 (fedep.core.ssn._expand_search,
+    # step for step). Leaves Lnew, BnT, DnT, En at the returned point; returns ||E||.
+    s_lo = 1.0
+    s_hi = 2.0
+    for _ in range(100):
+        if _slope_at(WT, B0T, t, tau, Lam, dL, s_hi, Lnew, BnT, DnT, En, nrm) >= 0.0:
+            break
+        s_lo = s_hi
+        s_hi = 2.0 * s_hi
+    for _ in range(100):
+        if s_hi - s_lo <= 1e-10 * s_hi:
+            break
+        sm = 0.5 * (s_lo + s_hi)
+        if _slope_at(WT, B0T, t, tau, Lam, dL, sm, Lnew, BnT, DnT, En, nrm) < 0.0:
+            s_lo = sm
+        else:
+            s_hi = sm
+    r = WT.shape[0]
+    for a in range(r):
+        for b in range(r):
+            Lnew[a, b] = Lam[a, b] + s_hi * dL[a, b]
+    return _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
+
+
+def _all_cut(BT, tau):  # pragma: no cover - compiled
+    r, n = BT.shape
+    for i in range(n):
+        bb = 0.0
+        for p in range(r):
+            bb += BT[p, i] * BT[p, i]
+        if bb > tau * tau:
+            return False
+    return True
+
+
 def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  # pragma: no cover
     # One client's regularised SSN (fedep.core.ssn.ssn_direction); DT is the output,
     # ws the work arrays of _ssn_workspace (allocated once per W-step, not per call).
     r, n = WT.shape
     m = ia.size
-    B0T, BT, BnT, DnT, E, En, Lnew, J, Sm, UT, step, step2, nrm, f, aa = ws
+    B0T, BT, BnT, DnT, E, En, Lnew, dL, J, Sm, UT, step, step2, nrm, f, aa = ws
     for p in range(r):
         for i in range(n):
             B0T[p, i] = WT[p, i] - t * gradT[p, i]
@@ -394,12 +464,18 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
         for a in range(r):
             for b in range(r):
                 Lnew[a, b] -= En[a, b] / (2.0 * t)
+    psi, psi_scale = _merit(WT, BT, tau, aa)
     kappa = 0.1
     n_iter = 0
     stalls = 0
+    singular = False
     for _ in range(max_iter):
-        if not (res > tol and stalls < 3):
+        if res <= tol or stalls >= 3:
             break
+        if not np.isfinite(res):
+            singular = True
+            break
+        n_iter += 1
         _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa)
         reg = kappa * t * max(min(res, 0.2), 1e-11)
         for p in range(m):
@@ -416,15 +492,61 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
             step[:] = step2
         else:
             _lu_solve(J, step)
-        n_iter += 1
+        finite = True
+        for p in range(m):
+            if not np.isfinite(step[p]):
+                finite = False
+        if not finite:
+            singular = True
+            break
+        for p in range(m):
+            dL[ia[p], ib[p]] = step[p]
+            dL[ib[p], ia[p]] = step[p]
+        # Slope of psi along the step, (t/2) <E, dL>; acceptance as the reference.
+        slope = 0.0
+        for a in range(r):
+            for b in range(r):
+                slope += E[a, b] * dL[a, b]
+        slope *= 0.5 * t
         accepted = False
         s = 1.0
         for _bt in range(12):
-            for p in range(m):
-                Lnew[ia[p], ib[p]] = Lam[ia[p], ib[p]] + s * step[p]
-                Lnew[ib[p], ia[p]] = Lnew[ia[p], ib[p]]
+            for a in range(r):
+                for b in range(r):
+                    Lnew[a, b] = Lam[a, b] + s * dL[a, b]
             rn = _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
-            if rn < (1.0 - 1e-4 * s) * res:
+            pn, scale = _merit(WT, BnT, tau, aa)
+            kept = not _all_cut(BnT, tau)
+            armijo = pn <= psi + 1e-4 * s * slope and pn < psi - 1e-13 * scale
+            resid = rn < (1.0 - 1e-4 * s) * res and pn <= psi + 1e-13 * scale
+            ok = kept and (armijo or resid)
+            if _bt == 0:
+                slope1 = 0.0
+                for a in range(r):
+                    for b in range(r):
+                        slope1 += En[a, b] * dL[a, b]
+                slope1 *= 0.5 * t
+                if slope < -1e-13 * psi_scale and slope1 <= 0.5 * slope and rn >= 0.5 * res:
+                    re = _expand_search(WT, B0T, t, tau, Lam, dL, Lnew, BnT, DnT, En, nrm)
+                    pe, se = _merit(WT, BnT, tau, aa)
+                    if pe <= psi + 1e-4 * slope and pe < psi - 1e-13 * psi_scale:
+                        kappa = max(kappa / 2.0, 1e-3)
+                        Lam[:, :] = Lnew
+                        BT[:, :] = BnT
+                        DT[:, :] = DnT
+                        E[:, :] = En
+                        res = re
+                        psi = pe
+                        psi_scale = se
+                        stalls = 0
+                        accepted = True
+                        break
+                    # Rejected: back to the full step for the ordinary test.
+                    for a in range(r):
+                        for b in range(r):
+                            Lnew[a, b] = Lam[a, b] + dL[a, b]
+                    rn = _eval(WT, B0T, t, tau, Lnew, BnT, DnT, En, nrm)
+            if ok:
                 good = rn <= 0.99 * res
                 if good and s == 1.0:
                     kappa = max(kappa / 2.0, 1e-3)
@@ -435,6 +557,8 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
                 DT[:, :] = DnT
                 E[:, :] = En
                 res = rn
+                psi = pn
+                psi_scale = scale
                 stalls = 0
                 accepted = True
                 break
@@ -442,13 +566,22 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
         if not accepted:
             kappa = min(kappa * 4.0, 1e5)
             stalls += 1
-    return n_iter
+    # Stop codes as fedep.core.ssn.STOP_REASONS.
+    if res <= tol:
+        code = 0
+    elif singular:
+        code = 3
+    elif stalls >= 3:
+        code = 2
+    else:
+        code = 1
+    return n_iter, res, code
 
 
 def _ssn_workspace(n, r, m):  # pragma: no cover - compiled
     return (
         np.empty((r, n)), np.empty((r, n)), np.empty((r, n)), np.empty((r, n)),
-        np.empty((r, r)), np.empty((r, r)), np.empty((r, r)),
+        np.empty((r, r)), np.empty((r, r)), np.empty((r, r)), np.empty((r, r)),
         np.empty((m, m)), np.empty((m, m)), np.empty((m, n)), np.empty(m), np.empty(m),
         np.empty(n), np.empty(n), np.empty(n),
     )  # fmt: skip
@@ -587,8 +720,9 @@ def _retract(WT, DT, s, retraction, outT, tmp, M, K, V):  # pragma: no cover - c
 def _manpg(
     G, W0, Z, beta, nu, Lam0, t, max_iter, tol, gamma, max_backtrack, ssn_tol,
     ssn_max_iter, retraction, ia, ib, wgt, T1, sc, W_out, Lam_out, F_out, n_iter,
-    ssn_iter, dnorm,
+    ssn_iter, dnorm, stop,
 ):  # fmt: skip  # pragma: no cover - compiled
+    # stop[q]: W-step stop code (fedep.core.ssn.STOP_REASONS), as fedep.core.manpg.
     d, n, r = W0.shape
     WT = np.empty((r, n))
     ZT = np.empty((r, n))
@@ -616,6 +750,7 @@ def _manpg(
         dnorm[q] = np.inf
         n_iter[q] = 0
         ssn_iter[q] = 0
+        stop[q] = 1  # max_iter unless another reason ends the loop
         for _ in range(max_iter):
             gn = 0.0
             for p in range(r):
@@ -623,33 +758,41 @@ def _manpg(
                     g = -2.0 * GWT[p, i] + nu[q] * (WT[p, i] - ZT[p, i])
                     gradT[p, i] = g
                     gn += g * g
-            ssn_iter[q] += _ssn(
+            it, sres, scode = _ssn(
                 WT, gradT, tq, tq * beta[q], Lam, ssn_tol, ssn_max_iter, ia, ib, wgt, T1, sc,
                 DT, sws,
             )  # fmt: skip
+            ssn_iter[q] += it
             Dn2 = 0.0
             for p in range(r):
                 for i in range(n):
                     Dn2 += DT[p, i] * DT[p, i]
             dnorm[q] = np.sqrt(Dn2) / tq
+            if scode == 3 or not np.isfinite(Dn2):
+                stop[q] = 3
+                break
             if dnorm[q] <= tol * (1.0 + np.sqrt(gn)):
+                stop[q] = 0
                 break
             n_iter[q] += 1
             s = 1.0
             done = False
             for _bt in range(max_backtrack):
-                _retract(WT, DT, s, retraction, WnT, tmp, M, K, V)
-                _gw(G[q], WnT, GWnT)
-                Fn = _objective(WnT, GWnT, ZT, beta[q], nu[q], nrm)
-                if Fn <= F - s / (2.0 * tq) * Dn2 + 1e-14 * abs(F):
-                    WT[:, :] = WnT
-                    GWT[:, :] = GWnT
-                    F = Fn
-                    done = True
-                    break
+                # Full-rank guard (see fedep.core.manpg): retract only if s ||E|| <= 1.
+                if s * sres <= 1.0:
+                    _retract(WT, DT, s, retraction, WnT, tmp, M, K, V)
+                    _gw(G[q], WnT, GWnT)
+                    Fn = _objective(WnT, GWnT, ZT, beta[q], nu[q], nrm)
+                    if Fn <= F - s / (2.0 * tq) * Dn2 + 1e-14 * abs(F):
+                        WT[:, :] = WnT
+                        GWT[:, :] = GWnT
+                        F = Fn
+                        done = True
+                        break
                 s *= gamma
             if not done:
-                # No measurable descent in floating point: converged (as the reference).
+                # No measurable descent in floating point (as the reference).
+                stop[q] = 2
                 break
         for i in range(n):
             for p in range(r):
@@ -778,6 +921,10 @@ if HAVE_NUMBA:
     _jacobian = _jit(_jacobian)
     _lu_solve = _jit(_lu_solve)
     _cholesky_solve = _jit(_cholesky_solve)
+    _merit = _jit(_merit)
+    _slope_at = _jit(_slope_at)
+    _expand_search = _jit(_expand_search)
+    _all_cut = _jit(_all_cut)
     _ssn = _jit(_ssn)
     _ssn_workspace = _jit(_ssn_workspace)
     _matmul_small = _jit(_matmul_small)

@@ -12,6 +12,19 @@ as rows) and the second line uses ``W^T W = I``. Smooth gradient
 rounds), then backtracks along the retraction until the Armijo condition
 ``F(R(s D)) <= F(W) - s/(2t) ||D||^2`` holds (Chen, Ma, So, Zhang 2020).
 
+Full-rank guard. Both retractions need ``W + s D`` of full column rank: the polar and
+QR factors of a rank-deficient matrix are not unique (LAPACK returns arbitrary axes,
+the compiled ``(A^T A)^{-1/2}`` divides by zero). For a unit vector ``x``,
+``||(W + s D) x|| >= x^T W^T (W + s D) x = 1 + s x^T sym(W^T D) x >= 1 - s ||E||_F / 2``
+with ``E = W^T D + D^T W`` the SSN residual. A tangent ``D`` (``E = 0``) therefore
+never loses rank, and a step with ``s ||E||_F <= 1`` keeps every singular value of
+``W + s D`` at or above 1/2. Both kernels skip (halve) trial steps with
+``s ||E||_F > 1`` before retracting: a fixed rule, so they stay identical, and it only
+acts when a direction solve ended far from tangent.
+
+Every client reports why it stopped (``WStepResult.stop_reason``, names in
+:data:`fedep.core.ssn.STOP_REASONS`).
+
 Two implementations take the same steps: this module's NumPy code, batched over the
 client axis (the reference), and a compiled per-client loop
 (:func:`fedep.core._kernels.manpg_clients`), used by default when numba is installed.
@@ -32,7 +45,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedep.core import _kernels
-from fedep.core.ssn import ssn_direction
+from fedep.core.ssn import (
+    CONVERGED,
+    LINE_SEARCH_FAILED,
+    MAX_ITER,
+    SINGULAR,
+    STOP_REASONS,
+    ssn_direction,
+)
 from fedep.core.stiefel import l21_norm, retract_polar, retract_qr
 
 __all__ = ["WStepResult", "w_objective", "manpg_w_step"]
@@ -55,6 +75,12 @@ class WStepResult:
         Total SSN Newton iterations.
     direction_norm : ndarray of shape (d,)
         ``||D||_F / t`` of the last direction (the stationarity measure).
+    stop_reason : ndarray of str, shape (d,)
+        Why each client stopped, one of :data:`fedep.core.ssn.STOP_REASONS`:
+        ``"converged"`` (``direction_norm`` within ``tol``), ``"max_iter"``,
+        ``"line_search_failed"`` (no Armijo step within ``max_backtrack`` halvings: no
+        descent measurable in floating point, usually at a stationary point) or
+        ``"singular"`` (the direction solve gave no finite direction; ``W`` kept).
     """
 
     W: np.ndarray
@@ -63,6 +89,7 @@ class WStepResult:
     n_iter: np.ndarray
     ssn_iter: np.ndarray
     direction_norm: np.ndarray
+    stop_reason: np.ndarray
 
 
 def _T(A):
@@ -151,21 +178,21 @@ def manpg_w_step(
         n_iter = np.zeros(d, dtype=np.int64)
         ssn_iter = np.zeros(d, dtype=np.int64)
         dnorm = np.empty(d)
+        stop = np.empty(d, dtype=np.int64)
         as_f = functools.partial(np.ascontiguousarray, dtype=float)
         compiled(
             as_f(G), as_f(W0), as_f(Z), as_f(beta), as_f(nu), as_f(Lam), as_f(t),
             int(max_iter), float(tol), float(gamma), int(max_backtrack), float(ssn_tol),
             int(ssn_max_iter), 0 if retraction == "polar" else 1, ia, ib, wgt, T1, sc,
-            W, Lam, F, n_iter, ssn_iter, dnorm,
+            W, Lam, F, n_iter, ssn_iter, dnorm, stop,
         )  # fmt: skip
-        return WStepResult(
-            W=W, Lam=Lam, F=F, n_iter=n_iter, ssn_iter=ssn_iter, direction_norm=dnorm
-        )
+        return WStepResult(W, Lam, F, n_iter, ssn_iter, dnorm, np.asarray(STOP_REASONS)[stop])
     W = np.array(W0, dtype=float)
     F = w_objective(G, W, Z, beta, nu)
     n_iter = np.zeros(d, dtype=int)
     ssn_iter = np.zeros(d, dtype=int)
     dnorm = np.full(d, np.inf)
+    stop = np.full(d, MAX_ITER)
     active = np.arange(d)
     for _ in range(max_iter):
         if active.size == 0:
@@ -182,25 +209,33 @@ def manpg_w_step(
         Dn2 = np.einsum("dij,dij->d", D, D)
         dnorm[a] = np.sqrt(Dn2) / t[a]
         gnorm = np.linalg.norm(grad, axis=(-2, -1))
-        small = dnorm[a] <= tol * (1.0 + gnorm)
-        # Armijo backtracking along the retraction, all clients at once.
+        singular = (sol.stop_reason == STOP_REASONS[SINGULAR]) | ~np.isfinite(Dn2)
+        small = ~singular & (dnorm[a] <= tol * (1.0 + gnorm))
+        stop[a[singular]] = SINGULAR
+        stop[a[small]] = CONVERGED
+        # Armijo backtracking along the retraction, all clients at once, with the
+        # full-rank guard of the module docstring (trial steps with s ||E|| > 1 are
+        # halved without retracting).
         s = np.ones(a.size)
-        done = small.copy()
+        done = small | singular
         for _bt in range(max_backtrack):
             todo = np.flatnonzero(~done)
             if todo.size == 0:
                 break
-            idx = a[todo]
-            Wn = retract(W[idx], s[todo, None, None] * D[todo])
+            todo_safe = todo[s[todo] * sol.residual[todo] <= 1.0]
+            idx = a[todo_safe]
+            Wn = retract(W[idx], s[todo_safe, None, None] * D[todo_safe])
             Fn = w_objective(G[idx], Wn, Z[idx], beta[idx], nu[idx])
-            ok = Fn <= F[idx] - s[todo] / (2.0 * t[idx]) * Dn2[todo] + 1e-14 * np.abs(F[idx])
-            acc = todo[ok]
+            armijo = F[idx] - s[todo_safe] / (2.0 * t[idx]) * Dn2[todo_safe]
+            ok = Fn <= armijo + 1e-14 * np.abs(F[idx])
+            acc = todo_safe[ok]
             W[a[acc]] = Wn[ok]
             F[a[acc]] = Fn[ok]
             done[acc] = True
-            s[todo[~ok]] *= gamma
-        n_iter[a[~small]] += 1
+            s[todo[~done[todo]]] *= gamma
+        n_iter[a[~small & ~singular]] += 1
         # Clients whose line search failed are at a point where no descent is
-        # measurable in floating point: treat them as converged.
-        active = a[~small & done]
-    return WStepResult(W=W, Lam=Lam, F=F, n_iter=n_iter, ssn_iter=ssn_iter, direction_norm=dnorm)
+        # measurable in floating point: stop them.
+        stop[a[~done]] = LINE_SEARCH_FAILED
+        active = a[~small & ~singular & done]
+    return WStepResult(W, Lam, F, n_iter, ssn_iter, dnorm, np.asarray(STOP_REASONS)[stop])

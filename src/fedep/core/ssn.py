@@ -21,6 +21,26 @@ Newton system is assembled in ``vech`` coordinates (``r(r+1)/2`` unknowns), solv
 the adaptive regularisation of Xiao et al. (2018) / the ManPG code, with a backtracking
 safeguard on ``||E||``. Everything is batched over a leading client axis.
 
+Globalisation. ``E`` is the gradient, up to the factor ``t/2``, of the convex merit
+``psi`` (``t`` times minus the dual function; :func:`_merit`), and the regularised
+Newton direction is a descent direction of ``psi``. A step is accepted when it
+satisfies the Armijo condition on ``psi``, or when it decreases ``||E||`` without
+raising ``psi`` beyond round-off (near the root the decrease of ``psi`` drowns in
+rounding while ``||E||`` still resolves), and never at a point where every row is cut.
+
+Flat regions. Where every row of ``B(Lam)`` is cut (``||b_j|| <= tau`` for all ``j``,
+e.g. when ``tau`` exceeds every row norm) the Jacobian vanishes and ``E = -2 I`` is
+constant: no step decreases ``||E||`` locally, yet ``Lam`` is no solution (``D = -W``
+is not tangent; the solution always keeps rows, as ``sym(W^T (W + D)) = I``). Where
+only a few rows are kept the same holds on the directions they do not span. There
+``psi`` is linear along the Newton direction, which the slope of ``psi`` at the full
+step reveals; the step is then extended by an exact line search on ``psi``
+(:func:`_expand_search`), which reaches the point where rows are kept and from which
+Newton converges.
+
+Every solve reports why it stopped (``SSNResult.stop_reason``, names in
+:data:`STOP_REASONS`).
+
 Notation (paper symbol -> code): W -> ``W``; grad H(W) -> ``grad``; t -> ``t``;
 t*beta -> ``tau``; Lambda (tangent-space multiplier) -> ``Lam``; Q(Lambda) -> ``E``.
 """
@@ -34,7 +54,18 @@ import numpy as np
 
 from fedep.core.stiefel import prox_l21
 
-__all__ = ["SSNResult", "ssn_direction", "vech", "unvech"]
+__all__ = ["STOP_REASONS", "SSNResult", "ssn_direction", "vech", "unvech"]
+
+#: Names of the stop codes of the SSN and of the ManPG W-step (index = code; the
+#: compiled kernels return the codes). ``"converged"``: tolerance met;
+#: ``"max_iter"``: iteration cap reached; ``"line_search_failed"``: the backtracking
+#: search accepted no step (SSN: three Newton steps running, i.e. the residual sits at
+#: round-off; ManPG: no Armijo step within ``max_backtrack`` halvings); ``"singular"``:
+#: no finite Newton step (a
+#: singular or non-finite Newton system, e.g. from non-finite input; for ManPG, such a
+#: direction).
+STOP_REASONS = ("converged", "max_iter", "line_search_failed", "singular")
+CONVERGED, MAX_ITER, LINE_SEARCH_FAILED, SINGULAR = range(4)
 
 
 @lru_cache(maxsize=64)
@@ -74,6 +105,9 @@ class SSNResult:
     n_iter : ndarray of shape (d,)
         Newton iterations taken per subproblem.
     converged : ndarray of bool, shape (d,)
+        ``residual <= tol``.
+    stop_reason : ndarray of str, shape (d,)
+        Why each solve stopped: one of :data:`STOP_REASONS`.
     """
 
     D: np.ndarray
@@ -81,6 +115,7 @@ class SSNResult:
     residual: np.ndarray
     n_iter: np.ndarray
     converged: np.ndarray
+    stop_reason: np.ndarray
 
 
 def _T(A):
@@ -94,6 +129,74 @@ def _eval(W, B0, t, tau, Lam):
     WtD = _T(W) @ D
     E = WtD + _T(WtD)
     return B, D, E
+
+
+def _merit(W, B, tau):
+    """Dual merit ``psi`` (times ``t``) and its magnitude scale, shape (d,) each.
+
+    ``psi(Lam) = 1/2 ||B - W||^2 - sum_j h(b_j)`` with ``h`` the Huber function
+    (``||b||^2 / 2`` for ``||b|| <= tau``, ``tau ||b|| - tau^2 / 2`` above) is ``t``
+    times minus the dual function of the subproblem: convex in ``Lam`` with gradient
+    ``(t/2) E`` (Frobenius inner product), since ``grad h(b) = b - prox(b)``.
+    """
+    nb2 = np.einsum("dnr,dnr->dn", B, B)
+    nb = np.sqrt(nb2)
+    h = np.where(nb > tau[:, None], tau[:, None] * nb - 0.5 * tau[:, None] ** 2, 0.5 * nb2)
+    diff = B - W
+    q = 0.5 * np.einsum("dnr,dnr->d", diff, diff)
+    hs = h.sum(axis=1)
+    return q - hs, q + np.abs(hs)
+
+
+def _expand_search(W, B0, t, tau, Lam, dLam):
+    """Exact line search of the dual merit along ``Lam + s dLam``, ``s >= 1``.
+
+    For one subproblem (2-D arrays), when the slope of ``psi`` at ``s = 1`` is still
+    at least half the slope at ``s = 0``: the Newton model over-estimated the
+    curvature, as in a flat region where the Jacobian vanishes. ``psi`` is convex
+    along the ray, so its slope ``(t/2) <E(Lam + s dLam), dLam>`` is nondecreasing:
+    ``s`` is doubled until the slope is ``>= 0`` (at most 100 times), then the bracket
+    is bisected to a relative width of 1e-10 and its upper end taken.
+    ``fedep.core._kernels._expand_search`` is the same computation, step for step.
+    Returns ``Lam, B, D, E, ||E||`` at the new point.
+    """
+    t1, tau1 = np.array([t]), np.array([tau])
+
+    def at(s):
+        return _eval(W[None], B0[None], t1, tau1, (Lam + s * dLam)[None])
+
+    def slope(s):
+        return np.sum(at(s)[2][0] * dLam)
+
+    s_lo, s_hi = 1.0, 2.0
+    for _ in range(100):
+        if slope(s_hi) >= 0.0:
+            break
+        s_lo, s_hi = s_hi, 2.0 * s_hi
+    for _ in range(100):
+        if s_hi - s_lo <= 1e-10 * s_hi:
+            break
+        s = 0.5 * (s_lo + s_hi)
+        if slope(s) < 0.0:
+            s_lo = s
+        else:
+            s_hi = s
+    B, D, E = at(s_hi)
+    return Lam + s_hi * dLam, B[0], D[0], E[0], np.linalg.norm(E[0])
+
+
+def _solve(M, rhs):
+    """Batched ``M x = rhs``; NaN rows where a system cannot be solved."""
+    try:
+        return np.linalg.solve(M, rhs[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        out = np.full(rhs.shape, np.nan)
+        for i in range(M.shape[0]):
+            try:
+                out[i] = np.linalg.solve(M[i], rhs[i])
+            except np.linalg.LinAlgError:
+                pass
+        return out
 
 
 # Up to this rank the Jacobian is assembled by small dense maps (fast for the usual
@@ -234,26 +337,38 @@ def ssn_direction(
         )
         res[better] = rs[better]
         Ls = Ls - Es / (2.0 * t[:, None, None])
+    psi, psi_scale = _merit(W, B, tau)
     kappa = np.full(d, 0.1)
     n_iter = np.zeros(d, dtype=int)
     stalls = np.zeros(d, dtype=int)
+    singular = np.zeros(d, dtype=bool)
     m = r * (r + 1) // 2
     eye_m = np.eye(m)
     for _ in range(max_iter):
         # A client whose residual cannot be decreased three times running sits at
         # round-off level: stop it rather than burn backtracking evaluations.
-        act = np.flatnonzero((res > tol) & (stalls < 3))
+        run = ~(res <= tol) & (stalls < 3) & ~singular
+        singular |= run & ~np.isfinite(res)
+        act = np.flatnonzero(run & np.isfinite(res))
         if act.size == 0:
             break
+        n_iter[act] += 1
         Wa, Ba, ta, taua = W[act], B[act], t[act], tau[act]
         Jac = _jacobian(Wa, Ba, ta, taua)
         # The Jacobian scales with t, so the regularisation does too.
         reg = kappa[act] * ta * np.maximum(np.minimum(res[act], 0.2), 1e-11)
         rhs = -vech(E[act])
-        step = np.linalg.solve(Jac + reg[:, None, None] * eye_m, rhs[..., None])[..., 0]
+        step = _solve(Jac + reg[:, None, None] * eye_m, rhs)
+        finite = np.all(np.isfinite(step), axis=1)
+        singular[act[~finite]] = True
+        act, step = act[finite], step[finite]
         dLam = unvech(step, r)
-        n_iter[act] += 1
-        # Backtrack on the residual norm; accept the first step that decreases it.
+        # Slope of psi along the step: (t/2) <E, dLam> < 0 (a descent direction).
+        slope = 0.5 * t[act] * np.einsum("dab,dab->d", E[act], dLam)
+        # Backtrack; accept the first step that satisfies Armijo on psi, or that
+        # decreases the residual without raising psi beyond round-off (near the root
+        # the decrease of psi, O(||E||^2), drowns in rounding while ||E|| still
+        # resolves). psi keeps the iteration from walking back into a flat region.
         accepted = np.zeros(act.size, dtype=bool)
         s = 1.0
         for _bt in range(12):
@@ -264,10 +379,36 @@ def ssn_direction(
             Lnew = Lam[idx] + s * dLam[todo]
             Bn, Dn, En = _eval(W[idx], B0[idx], t[idx], tau[idx], Lnew)
             rn = np.linalg.norm(En, axis=(-2, -1))
-            ok = rn < (1.0 - 1e-4 * s) * res[idx]
+            pn, scale = _merit(W[idx], Bn, tau[idx])
+            kept = np.any(np.einsum("dnr,dnr->dn", Bn, Bn) > tau[idx, None] ** 2, axis=1)
+            armijo = (pn <= psi[idx] + 1e-4 * s * slope[todo]) & (pn < psi[idx] - 1e-13 * scale)
+            ok = kept & (
+                armijo | ((rn < (1.0 - 1e-4 * s) * res[idx]) & (pn <= psi[idx] + 1e-13 * scale))
+            )
+            if _bt == 0:
+                # Full step too short (slope of psi still >= half of its initial value
+                # and the residual not halved): a flat region; search psi beyond s = 1.
+                slope1 = 0.5 * t[idx] * np.einsum("dab,dab->d", En, dLam)
+                expand = (
+                    (slope < -1e-13 * psi_scale[idx])
+                    & (slope1 <= 0.5 * slope)
+                    & (rn >= 0.5 * res[idx])
+                )
+                for j in np.flatnonzero(expand):
+                    i = idx[j]
+                    Le, Be, De, Ee, re = _expand_search(W[i], B0[i], t[i], tau[i], Lam[i], dLam[j])
+                    pe, se = (v[0] for v in _merit(W[i][None], Be[None], tau[i : i + 1]))
+                    if pe <= psi[i] + 1e-4 * slope[j] and pe < psi[i] - 1e-13 * psi_scale[i]:
+                        Lam[i], B[i], D[i], E[i], res[i] = Le, Be, De, Ee, re
+                        psi[i], psi_scale[i] = pe, se
+                        kappa[i] = max(kappa[i] / 2.0, 1e-3)
+                        stalls[i] = 0
+                        accepted[j] = True
+                ok &= ~accepted
             if ok.any():
                 sel = idx[ok]
                 Lam[sel], B[sel], D[sel], E[sel] = Lnew[ok], Bn[ok], Dn[ok], En[ok]
+                psi[sel], psi_scale[sel] = pn[ok], scale[ok]
                 good = rn[ok] <= 0.99 * res[sel]
                 kappa[sel] = np.where(
                     good & (s == 1.0),
@@ -281,9 +422,14 @@ def ssn_direction(
         failed = act[~accepted]
         kappa[failed] = np.minimum(kappa[failed] * 4.0, 1e5)
         stalls[failed] += 1
-    out = SSNResult(D=D, Lam=Lam, residual=res, n_iter=n_iter, converged=res <= tol)
+    converged = res <= tol
+    code = np.select(
+        [converged, singular, stalls >= 3],
+        [CONVERGED, SINGULAR, LINE_SEARCH_FAILED],
+        MAX_ITER,
+    )
+    reason = np.asarray(STOP_REASONS)[code]
+    out = SSNResult(D, Lam, res, n_iter, converged, reason)
     if single:
-        out = SSNResult(
-            out.D[0], out.Lam[0], out.residual[0:1], out.n_iter[0:1], out.converged[0:1]
-        )
+        out = SSNResult(out.D[0], out.Lam[0], *(a[0:1] for a in (res, n_iter, converged, reason)))
     return out

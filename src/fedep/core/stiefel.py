@@ -75,7 +75,11 @@ def retract_qr(W: np.ndarray, D: np.ndarray) -> np.ndarray:
 def polar(A: np.ndarray) -> np.ndarray:
     """Polar factor ``A (A^T A)^{-1/2}``: the closest matrix with orthonormal columns.
 
-    Computed from a thin SVD ``A = P S Q^T`` as ``P Q^T``.
+    Computed from a thin SVD ``A = P S Q^T`` as ``P Q^T``. Unique only when ``A`` has
+    full column rank: for a rank-deficient ``A`` the singular vectors of the zero
+    singular values, hence the result, are whatever LAPACK returns. Callers keep ``A``
+    full rank (the ManPG W-step retracts only steps with ``sigma_min >= 1/2``; see
+    :mod:`fedep.core.manpg`).
 
     Parameters
     ----------
