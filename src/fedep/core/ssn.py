@@ -157,7 +157,7 @@ def _expand_search(W, B0, t, tau, Lam, dLam):
     along the ray, so its slope ``(t/2) <E(Lam + s dLam), dLam>`` is nondecreasing:
     ``s`` is doubled until the slope is ``>= 0`` (at most 100 times), then the bracket
     is bisected to a relative width of 1e-10 and its upper end taken.
-    ``fedep.core._kernels._expand_search`` is the same computation, step for step.
+    ``fedep.core._kernels.wstep._expand_search`` is the same computation, step for step.
     Returns ``Lam, B, D, E, ||E||`` at the new point.
     """
     t1, tau1 = np.array([t]), np.array([tau])

@@ -1,0 +1,69 @@
+"""Compiled (numba) hot loops, each beside the NumPy reference it is tested against.
+
+- :mod:`~fedep.core._kernels.data`: FedEP's fused per-record S-, U- and dual steps,
+  the dual step and the per-client Gram terms;
+- :mod:`~fedep.core._kernels.wstep`: the per-client ManPG W-step (SSN, line search,
+  retraction);
+- :mod:`~fedep.core._kernels.fedpg`: FedPG's local epochs.
+
+The solvers ask :func:`pick` for a compiled function by name; ``None`` selects the
+NumPy path.
+"""
+
+from __future__ import annotations
+
+from fedep.core._kernels._jit import HAVE_NUMBA, numba
+from fedep.core._kernels.data import dual_step, fused_data_step, gram_terms
+from fedep.core._kernels.fedpg import fedpg_clients
+from fedep.core._kernels.wstep import (
+    _cholesky_solve,
+    _expand_search,
+    _inv_sqrt_spd,
+    _lu_solve,
+    _retract,
+    _ssn,
+    _ssn_workspace,
+    manpg_clients,
+    vech_maps,
+)
+
+__all__ = [
+    "HAVE_NUMBA",
+    "dual_step",
+    "fused_data_step",
+    "fedpg_clients",
+    "gram_terms",
+    "manpg_clients",
+    "numba",
+    "pick",
+    "vech_maps",
+]
+
+_PUBLIC = {
+    "dual_step": dual_step,
+    "fused_data_step": fused_data_step,
+    "fedpg_clients": fedpg_clients,
+    "gram_terms": gram_terms,
+    "manpg_clients": manpg_clients,
+}
+
+# Private compiled pieces, re-exported for the kernel tests.
+_ = (_cholesky_solve, _expand_search, _inv_sqrt_spd, _lu_solve, _retract, _ssn, _ssn_workspace)
+
+
+def pick(kernel: str, name: str):
+    """The compiled function ``name``, or None for the NumPy path.
+
+    ``kernel`` is a settings value: ``"numpy"`` (always None), ``"numba"`` (the
+    compiled function; ImportError without numba) or ``"auto"`` (compiled when numba
+    is installed).
+    """
+    if kernel not in ("auto", "numba", "numpy"):
+        raise ValueError(f"kernel must be 'auto', 'numba' or 'numpy', got {kernel!r}")
+    if kernel == "numpy":
+        return None
+    if not HAVE_NUMBA:
+        if kernel == "numba":
+            raise ImportError("kernel='numba' needs numba: pip install numba")
+        return None
+    return _PUBLIC[name]
