@@ -92,10 +92,6 @@ class WStepResult:
     stop_reason: np.ndarray
 
 
-def _T(A):
-    return np.swapaxes(A, -1, -2)
-
-
 def w_objective(G, W, Z, beta, nu) -> np.ndarray:
     """``-tr(W^T G W) + nu/2 ||W - Z||^2 + beta ||W||_{2,1}`` per client, shape (d,)."""
     GW = G @ W

@@ -52,7 +52,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedep.core.stiefel import prox_l21
+from fedep.core.stiefel import _T, prox_l21
 
 __all__ = ["STOP_REASONS", "SSNResult", "ssn_direction", "vech", "unvech"]
 
@@ -116,10 +116,6 @@ class SSNResult:
     n_iter: np.ndarray
     converged: np.ndarray
     stop_reason: np.ndarray
-
-
-def _T(A):
-    return np.swapaxes(A, -1, -2)
 
 
 def _eval(W, B0, t, tau, Lam):

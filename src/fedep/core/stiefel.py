@@ -24,6 +24,7 @@ __all__ = [
 
 
 def _T(A: np.ndarray) -> np.ndarray:
+    """Transpose of the last two axes (a batch of matrices); shared by the core."""
     return np.swapaxes(A, -1, -2)
 
 
