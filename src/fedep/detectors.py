@@ -24,10 +24,10 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
 from fedep.core.cohort import cohort_spec, make_cohort
@@ -36,6 +36,7 @@ from fedep.core.fedpg import FedPGSettings
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
+from fedep.features import FeaturePipeline
 from fedep.federation.rounds import run_rounds
 from fedep.params import validate_params
 
@@ -73,6 +74,7 @@ FITTED_ARRAYS = (
 _POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
 _COMMON_CONSTRAINTS: dict = {
     "n_components": _POSITIVE_INT,
+    "features": [StrOptions({"auto", "numeric"}), FeaturePipeline],
     "standardize": ["boolean"],
     "contamination": [Interval(Real, 0.0, 0.5, closed="right")],
     "random_state": ["random_state"],
@@ -157,7 +159,7 @@ class BaseFederatedDetector(BaseEstimator):
         self
         """
         self._validate_params()
-        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=True)
+        X, pipe, names_in = self._fit_input(X, groups)
         if self.n_components > X.shape[1]:
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)
@@ -165,7 +167,10 @@ class BaseFederatedDetector(BaseEstimator):
         # Federated standardisation: each client sends (count, mean, m2) per feature.
         pooled = combine_moments(client_moments(b) for b in blocks)
         mean, scale, constant = standardization_from_moments(pooled)
-        if not self.standardize:
+        if pipe is not None and pipe.scale_rule is not None:
+            # The pipeline's own federated scaling replaces the estimator's.
+            mean, scale = np.zeros_like(mean), np.ones_like(scale)
+        elif not self.standardize:
             scale = np.ones_like(scale)
         # Set before the rounds, so that a callback can score with them.
         self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
@@ -180,9 +185,42 @@ class BaseFederatedDetector(BaseEstimator):
             mean=mean,
             scale=scale,
             constant_features=constant,
+            feature_names=names_in,
+            features=pipe,
         )
         self._process_decision_scores((X - mean) / scale, blocks)
         return self
+
+    def _uses_pipeline(self, X) -> bool:
+        """Whether ``fit`` on ``X`` goes through a :class:`FeaturePipeline`."""
+        import pandas as pd
+
+        return isinstance(X, pd.DataFrame) and not (
+            isinstance(self.features, str) and self.features == "numeric"
+        )
+
+    def _fit_input(self, X, groups):
+        """The numeric training matrix, the fitted pipeline (or None) and the raw columns.
+
+        A DataFrame with ``features="auto"`` (or a :class:`FeaturePipeline`) is encoded
+        by a pipeline fitted per gateway (``groups``) without pooling rows; anything else
+        is today's numeric path (``validate_data``, which also sets the feature names).
+        """
+        if not self._uses_pipeline(X):
+            X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=True)
+            return X, None, None
+        if groups is not None:
+            groups = _check_groups(groups, X.shape[0])
+        pipe = FeaturePipeline() if isinstance(self.features, str) else clone(self.features)
+        pipe.fit(X, groups=groups)
+        Z = pipe.transform(X)
+        if Z.shape[1] == 0:
+            raise ValueError(
+                "the feature pipeline kept no column of X (see features_.decisions_ or "
+                "pass features='numeric' / FeaturePipeline(include=...))"
+            )
+        Z = check_array(Z, dtype=np.float64, ensure_min_samples=2)
+        return Z, pipe, [str(c) for c in X.columns]
 
     # ------------------------------------------------------------------ fitted state
     def _set_fitted(
@@ -195,6 +233,7 @@ class BaseFederatedDetector(BaseEstimator):
         scale,
         constant_features,
         feature_names=None,
+        features=None,
     ) -> None:
         """Make this detector fitted: the one place the fitted arrays are set.
 
@@ -207,7 +246,14 @@ class BaseFederatedDetector(BaseEstimator):
         mean, scale : ndarray of shape (n_features,)
         constant_features : ndarray of bool, shape (n_features,)
         feature_names : sequence of str, optional
-            Sets ``feature_names_in_`` (``fit`` sets it itself from a DataFrame).
+            Sets ``feature_names_in_`` (``fit`` sets it itself from a DataFrame on the
+            numeric path). With ``features``: the raw input columns (default: the
+            pipeline's ``feature_names_in_``).
+        features : FeaturePipeline, optional
+            A fitted pipeline whose output the arrays are in: sets ``features_``,
+            ``feature_names_out_`` (its output names) and ``n_features_in_`` = the number
+            of raw input columns. Without it, ``n_features_in_`` is ``n_features`` and
+            ``feature_names_out_`` is ``feature_names_in_`` when there are names.
         """
         self.components_ = np.array(components, dtype=float)
         self.client_components_ = np.array(client_components, dtype=float)
@@ -216,8 +262,25 @@ class BaseFederatedDetector(BaseEstimator):
         self.scale_ = np.asarray(scale, dtype=float)
         self.constant_features_ = np.asarray(constant_features, dtype=bool)
         self.n_features_in_ = int(self.components_.shape[1])
+        for stale in ("features_", "feature_names_out_"):
+            self.__dict__.pop(stale, None)
+        if features is not None:
+            out = np.asarray(features.get_feature_names_out(), dtype=object)
+            if out.shape[0] != self.n_features_in_:
+                raise ValueError(
+                    f"the feature pipeline has {out.shape[0]} output features, the model "
+                    f"{self.n_features_in_}"
+                )
+            if feature_names is None:
+                feature_names = features.feature_names_in_
+            self.features_ = features
+            self.feature_names_out_ = out
+            self.n_features_in_ = len(feature_names)
         if feature_names is not None:
             self.feature_names_in_ = np.asarray([str(c) for c in feature_names], dtype=object)
+        names = getattr(self, "feature_names_in_", None)
+        if features is None and names is not None and len(names) == self.n_features_in_:
+            self.feature_names_out_ = names
 
     def _process_decision_scores(self, Z, blocks) -> None:
         """The threshold rule, from training scores only (PyOD's idea of the same name).
@@ -257,9 +320,27 @@ class BaseFederatedDetector(BaseEstimator):
 
     # ------------------------------------------------------------------ scoring
     def _transform_input(self, X):
+        """Model coordinates of ``X``: through ``features_`` if fitted with a pipeline
+        (a DataFrame by column name, any order, extra columns ignored; an array must
+        hold the ``feature_names_in_`` columns in that order), else validated as numbers
+        and z-scored with ``mean_`` / ``scale_``."""
         check_is_fitted(self, "components_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return (X - self.mean_) / self.scale_
+        pipe = getattr(self, "features_", None)
+        if pipe is None:
+            X = validate_data(self, X, dtype=np.float64, reset=False)
+            return (X - self.mean_) / self.scale_
+        import pandas as pd
+
+        if not isinstance(X, pd.DataFrame):
+            X = np.asarray(X)
+            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has shape {X.shape}, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input (the columns "
+                    "feature_names_in_, or a DataFrame)"
+                )
+            X = pd.DataFrame(X, columns=list(self.feature_names_in_), copy=False)
+        return (pipe.transform(X) - self.mean_) / self.scale_
 
     def _client_index(self, groups, n):
         groups = _check_groups(groups, n)
@@ -363,6 +444,7 @@ class _FederatedMixin:
             client_fraction=self.client_fraction,
             rng=rng,
             on_round=on_round,
+            aggregation=self.aggregation,
         )
 
     def _fit_clients(self, blocks, rng):
@@ -425,6 +507,12 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         (sample-weighted; ``nu`` is then per record); ``"uniform"`` ``nu_i = nu``
         (plain mean). ``"auto"``: ``"curvature"`` with ``penalty_scaling="relative"``,
         ``"uniform"`` with ``"paper"``.
+    aggregation : {"mean", "median", "trimmed"}, default="mean"
+        Server step: ``"mean"`` is the exact V-step above; ``"median"`` (geometric
+        median of the proposals ``W_i + Pi_i / nu_i``) and ``"trimmed"`` (drops the 20%
+        of clients whose spans are farthest from the others', then the V-step of the
+        rest) bound what a few compromised gateways can do to the global basis (see
+        :mod:`fedep.core.aggregation`).
     n_rounds : int, default=100
         Communication-round cap.
     tol : float, default=1e-5
@@ -437,6 +525,15 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         Fraction of clients taking part in each round.
     init : {"random", "oneshot"}, default="random"
         Initial consensus: a random orthonormal basis, or one-shot merged client SVDs.
+    features : {"auto", "numeric"} or FeaturePipeline, default="auto"
+        How a pandas DataFrame becomes model features. ``"auto"`` fits a
+        :class:`~fedep.features.FeaturePipeline` per gateway without pooling rows
+        (log1p of heavy-tailed counts, one-hot of small-vocabulary text, identifiers,
+        addresses, timestamps and labels dropped, federated scaling), kept as
+        ``features_``; ``"numeric"`` takes every column as a number (z-scored when
+        ``standardize``); a FeaturePipeline instance is used (cloned) as the pipeline.
+        An ndarray is always taken as numbers. With a pipeline, its scaling replaces
+        ``standardize`` (``mean_`` = 0, ``scale_`` = 1) unless its ``scale_rule`` is None.
     standardize : bool, default=True
         Z-score features with global statistics aggregated from per-client moments.
     contamination : float, default=0.05
@@ -458,6 +555,14 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     clients_ : ndarray of shape (n_clients,)
         Client ids in the order of ``client_components_``.
     mean_, scale_ : ndarray of shape (n_features,)
+    features_ : FeaturePipeline
+        The fitted feature pipeline (only when fitted on a DataFrame through one).
+    feature_names_in_ : ndarray of str
+        Columns of the training DataFrame (raw columns when a pipeline is used).
+    feature_names_out_ : ndarray of str
+        Names of the model's features (columns of ``components_`` and of
+        :meth:`feature_contributions`): the pipeline's output names, else
+        ``feature_names_in_``.
     threshold_ : float
     client_thresholds_ : ndarray of shape (n_clients,)
     decision_scores_ : ndarray of shape (n_samples,)
@@ -480,6 +585,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         "sparse_corruption": ["boolean"],
         "penalty_scaling": [StrOptions({"relative", "paper"})],
         "consensus_weights": [StrOptions({"auto", "curvature", "samples", "uniform"})],
+        "aggregation": [StrOptions({"mean", "median", "trimmed"})],
         "inner_max_iter": _POSITIVE_INT,
     }
 
@@ -494,11 +600,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         sparse_corruption=True,
         penalty_scaling="relative",
         consensus_weights="auto",
+        aggregation="mean",
         n_rounds=100,
         tol=1e-5,
         inner_max_iter=2,
         client_fraction=1.0,
         init="random",
+        features="auto",
         standardize=True,
         contamination=0.05,
         random_state=None,
@@ -512,11 +620,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.sparse_corruption = sparse_corruption
         self.penalty_scaling = penalty_scaling
         self.consensus_weights = consensus_weights
+        self.aggregation = aggregation
         self.n_rounds = n_rounds
         self.tol = tol
         self.inner_max_iter = inner_max_iter
         self.client_fraction = client_fraction
         self.init = init
+        self.features = features
         self.standardize = standardize
         self.contamination = contamination
         self.random_state = random_state
@@ -547,8 +657,15 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ADMM penalty (authors' default).
     local_epochs : int, default=30
         Local gradient steps per round (authors' default).
+    aggregation : {"mean", "median", "trimmed"}, default="mean"
+        Server step: ``"mean"`` averages the clients' bases (the authors' rule);
+        ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
+        clients whose spans are farthest from the others') bound what a few
+        compromised gateways can do to the global basis.
     n_rounds, tol, client_fraction, init, standardize, contamination, random_state, callback
         As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
+    features
+        As in :class:`FedEP`.
 
     Attributes
     ----------
@@ -563,6 +680,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         "lr": [Interval(Real, 0.0, None, closed="neither"), None],
         "rho": [Interval(Real, 0.0, None, closed="left")],
         "local_epochs": _POSITIVE_INT,
+        "aggregation": [StrOptions({"mean", "median", "trimmed"})],
     }
 
     def __init__(
@@ -572,10 +690,12 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         lr=None,
         rho=0.01,
         local_epochs=30,
+        aggregation="mean",
         n_rounds=100,
         tol=1e-6,
         client_fraction=1.0,
         init="random",
+        features="auto",
         standardize=True,
         contamination=0.05,
         random_state=None,
@@ -585,10 +705,12 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.lr = lr
         self.rho = rho
         self.local_epochs = local_epochs
+        self.aggregation = aggregation
         self.n_rounds = n_rounds
         self.tol = tol
         self.client_fraction = client_fraction
         self.init = init
+        self.features = features
         self.standardize = standardize
         self.contamination = contamination
         self.random_state = random_state
@@ -610,8 +732,17 @@ class PooledPCA(BaseFederatedDetector):
     baseline moves every record to one place, which a federation must not do).
     """
 
-    def __init__(self, n_components=5, *, standardize=True, contamination=0.05, random_state=None):
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        features="auto",
+        standardize=True,
+        contamination=0.05,
+        random_state=None,
+    ):
         self.n_components = n_components
+        self.features = features
         self.standardize = standardize
         self.contamination = contamination
         self.random_state = random_state
@@ -630,8 +761,17 @@ class LocalPCA(BaseFederatedDetector):
     the average client projector for reference.
     """
 
-    def __init__(self, n_components=5, *, standardize=True, contamination=0.05, random_state=None):
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        features="auto",
+        standardize=True,
+        contamination=0.05,
+        random_state=None,
+    ):
         self.n_components = n_components
+        self.features = features
         self.standardize = standardize
         self.contamination = contamination
         self.random_state = random_state
@@ -657,7 +797,7 @@ class OneShotPCA(BaseFederatedDetector):
     sketch_rank : int or None, default=None
         Rank ``k`` of each client's sketch (default ``2 * n_components``); ``k`` equal to
         ``n_features`` reproduces pooled PCA exactly.
-    standardize, contamination, random_state
+    features, standardize, contamination, random_state
         As in :class:`FedEP`.
     """
 
@@ -666,12 +806,14 @@ class OneShotPCA(BaseFederatedDetector):
         n_components=5,
         *,
         sketch_rank=None,
+        features="auto",
         standardize=True,
         contamination=0.05,
         random_state=None,
     ):
         self.n_components = n_components
         self.sketch_rank = sketch_rank
+        self.features = features
         self.standardize = standardize
         self.contamination = contamination
         self.random_state = random_state

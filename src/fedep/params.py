@@ -193,6 +193,8 @@ def parse_value(spec: ParamSpec, value: Any) -> Any:
                 pass
         if c == "random_state" and re.fullmatch(r"[+-]?\d+", text):
             return int(text)
+        if c == "random_state" and low in ("none", "null", ""):
+            return None
     return text
 
 

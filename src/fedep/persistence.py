@@ -4,7 +4,9 @@ This module maps a fitted detector to the contents of a model file and back; the
 file format itself (container, integrity, caps, signatures) is
 :mod:`fedep.modelfile`. The file holds the estimator class, its parameters, the
 arrays of :data:`fedep.detectors.FITTED_ARRAYS`, the fitted scalars, the feature
-names, the fit history and the fedep version. Loading builds the estimator from its
+names, the fitted feature pipeline (``features_``, as its versioned
+:meth:`~fedep.features.FeaturePipeline.to_dict` JSON in the meta, so the integrity
+digest covers it), the fit history and the fedep version. Loading builds the estimator from its
 parameters, validates them with the estimator's own rules, and makes it fitted
 through the same ``_set_fitted`` as ``fit``; any inconsistency is a
 :class:`~fedep.modelfile.ModelFileError` naming the file.
@@ -21,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fedep import detectors
 from fedep._json import jsonable
+from fedep.features import FeaturePipeline
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
 
 __all__ = ["ModelFileError", "save_model", "load_model"]
@@ -59,6 +62,10 @@ def save_model(det, path, *, sign_key=None) -> None:
         arrays[name] = a
     params = det.get_params(deep=False)
     params.pop("callback", None)
+    if isinstance(params.get("features"), FeaturePipeline):
+        # The parameter (unfitted settings); the fitted pipeline is "features" below.
+        params["features"] = {"FeaturePipeline": jsonable(params["features"].get_params())}
+    pipe = getattr(det, "features_", None)
     meta = {
         "class": type(det).__name__,
         "fedep_version": __import__("fedep").__version__,
@@ -73,6 +80,7 @@ def save_model(det, path, *, sign_key=None) -> None:
         "feature_names_in_": (
             [str(c) for c in det.feature_names_in_] if hasattr(det, "feature_names_in_") else None
         ),
+        "features": None if pipe is None else jsonable(pipe.to_dict()),
     }
     write_model_file(path, meta, arrays, sign_key=sign_key)
 
@@ -104,8 +112,12 @@ def _detector_from(meta: dict, files: dict):
     missing = [n for n in detectors.FITTED_ARRAYS if n not in files]
     if missing:
         raise ValueError(f"lacks the array(s) {missing}")
-    det = cls(**meta["params"])
+    params = dict(meta["params"])
+    if isinstance(params.get("features"), dict):
+        params["features"] = FeaturePipeline(**params["features"]["FeaturePipeline"])
+    det = cls(**params)
     det._validate_params()
+    pipe = _pipeline_from(meta.get("features"))
     sc = meta["scalars"]
     clients = files["clients_"]
     if sc.get("clients_kind") in ("i", "u"):
@@ -118,6 +130,7 @@ def _detector_from(meta: dict, files: dict):
         scale=files["scale_"],
         constant_features=files["constant_features_"],
         feature_names=meta.get("feature_names_in_"),
+        features=pipe,
     )
     det.threshold_ = float(sc["threshold_"])
     det.client_thresholds_ = np.asarray(files["client_thresholds_"], dtype=float)
@@ -130,8 +143,35 @@ def _detector_from(meta: dict, files: dict):
     return det
 
 
+def _pipeline_from(data):
+    """The fitted FeaturePipeline of a model file (None when it has none)."""
+    if data is None:
+        return None
+    try:
+        pipe = FeaturePipeline.from_dict(data)
+    except Exception as exc:  # any malformed content: one line, via ModelFileError
+        what = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(f"unreadable feature pipeline: {what}") from None
+    n_out = len(pipe.get_feature_names_out())
+    ok = (
+        pipe.mean_ is not None
+        and pipe.mean_.shape == (n_out,)
+        and pipe.scale_.shape == (n_out,)
+        and np.isfinite(pipe.mean_).all()
+        and np.isfinite(pipe.scale_).all()
+        and (pipe.scale_ > 0).all()
+    )
+    if not ok:
+        raise ValueError("feature pipeline scaling is inconsistent")
+    return pipe
+
+
 def _check_consistent(det, n_features: int) -> None:
-    n, r = n_features, det.components_.shape[0]
+    pipe = getattr(det, "features_", None)
+    if pipe is not None and det.n_features_in_ != n_features:
+        raise ValueError("feature names are inconsistent with the feature pipeline")
+    n = n_features if pipe is None else len(det.feature_names_out_)
+    r = det.components_.shape[0]
     d = det.clients_.shape[0]
     if not (1 <= r <= n and r == det.n_components):
         raise ValueError(f"{r} components for n_components={det.n_components}")
@@ -146,7 +186,7 @@ def _check_consistent(det, n_features: int) -> None:
     if not shapes_ok:
         raise ValueError("array shapes are inconsistent")
     names = getattr(det, "feature_names_in_", None)
-    if names is not None and len(names) != n:
+    if names is not None and len(names) != det.n_features_in_:
         raise ValueError("feature names are inconsistent")
     finite = [
         np.isfinite(det.components_).all(),

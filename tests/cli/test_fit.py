@@ -21,9 +21,15 @@ def _fit(files, out, *extra):
 def test_fit_writes_model_with_feature_names_and_clients(files):
     det = fedep.load(files.model)
     assert type(det).__name__ == "FedEP"
-    assert list(det.feature_names_in_) == FEATURES
+    # --features auto (default): the pipeline sees every column but the label and
+    # client columns; the text column "note" is one-hot encoded, not silently dropped.
+    assert list(det.feature_names_in_) == ["note", *FEATURES]
+    out = list(det.feature_names_out_)
+    assert out[-N_FEATURES:] == FEATURES or set(FEATURES) <= set(out)
+    assert any(n.startswith("note=") for n in out)
+    assert "label" not in " ".join(out) and "host" not in " ".join(out)
     assert sorted(det.clients_.tolist()) == ["gw0", "gw1", "gw2"]
-    assert det.components_.shape == (2, N_FEATURES)
+    assert det.components_.shape == (2, len(out))
     assert det.n_components == 2 and det.n_rounds == 15 and det.random_state == 0
 
 
@@ -111,6 +117,17 @@ def test_fit_random_state_seeds_the_partition(files, tmp_path, monkeypatch):
     assert _fit(files, out, *base, "--random-state", "7") == 0
     assert fedep.load(out).random_state == 7
     assert seeds == [0, 7]  # default 0 for the partition; else --random-state
+
+
+def test_fit_features_numeric_keeps_the_numeric_columns(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--client-column", "host", "--features", "numeric",
+                "--n-components", "2", "--n-rounds", "3") == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "ignoring non-numeric column(s) ['note']" in err
+    det = fedep.load(out)
+    assert list(det.feature_names_in_) == FEATURES and not hasattr(det, "features_")
+    assert det.components_.shape == (2, N_FEATURES)
 
 
 @pytest.mark.parametrize("kind", ["dir", "parent_missing", "parent_is_file"])

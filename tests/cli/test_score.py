@@ -29,7 +29,7 @@ def test_score_appends_columns_and_keeps_rows(files, tmp_path):
     assert len(res) == len(src)
     pd.testing.assert_frame_equal(res[src.columns], src)  # original text untouched
     det = fedep.load(files.model)
-    X = pd.read_csv(files.test)[FEATURES]
+    X = pd.read_csv(files.test)  # the model's pipeline picks its columns by name
     groups = src["host"].to_numpy(dtype=str)
     np.testing.assert_allclose(
         res["anomaly_score"].astype(float), det.decision_function(X, groups), rtol=1e-8
@@ -49,11 +49,12 @@ def test_score_top_features(files, tmp_path):
     assert _score(files, out, "--top-features", "2") == 0
     res = pd.read_csv(out)
     det = fedep.load(files.model)
-    contrib = det.feature_contributions(pd.read_csv(files.test)[FEATURES])
+    contrib = det.feature_contributions(pd.read_csv(files.test))
+    names = list(det.feature_names_out_)  # the pipeline's output features
     for i, text in enumerate(res["top_features"]):
         items = [p.split(":") for p in text.split(";")]
         assert len(items) == 2
-        assert items[0][0] == FEATURES[int(np.argmax(contrib[i]))]
+        assert items[0][0] == names[int(np.argmax(contrib[i]))]
         vals = [float(v) for _, v in items]
         assert vals[0] >= vals[1]
         np.testing.assert_allclose(vals[0], contrib[i].max(), rtol=1e-3)
@@ -83,13 +84,14 @@ def test_score_with_integer_clients(files, tmp_path):
     assert main([*args, "--client-column", "site", "--quiet"]) == 0
     res = pd.read_csv(out)
     groups = src["site"].to_numpy()
-    expected = det.decision_function(src[FEATURES], groups)
+    feats = src[["note", *FEATURES]]
+    expected = det.decision_function(feats, groups)
     np.testing.assert_allclose(res["anomaly_score"], expected, rtol=1e-8)
     unknown = groups == 3
     np.testing.assert_allclose(
-        res["anomaly_score"][unknown], det.decision_function(src[FEATURES][unknown]), rtol=1e-8
+        res["anomaly_score"][unknown], det.decision_function(feats[unknown]), rtol=1e-8
     )
-    assert not np.allclose(expected, det.decision_function(src[FEATURES]))
+    assert not np.allclose(expected, det.decision_function(feats))
 
 
 def test_score_output_directory_checked(files, tmp_path, capsys):

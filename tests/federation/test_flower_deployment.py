@@ -58,6 +58,8 @@ def deployment(tmp_path, data_dir, monkeypatch):
         dep.stop()
         for name, p in dep.procs.items():
             assert p.poll() is not None, f"{name} (pid {p.pid}) still running"
+        # Nor any process Flower started for it (SuperExecs, ServerApp, ClientApps).
+        assert dep.running() == []
 
 
 def _inprocess(nodes, n_rounds):

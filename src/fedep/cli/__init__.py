@@ -2,12 +2,17 @@
 
 Commands::
 
-    fedep fit       (--dataset NAME | --train PATH) [clients, protocol] [--method M]
-                    [estimator options: --n-components, --n-rounds, --alpha, ...] --out MODEL
+    fedep fit       (--dataset NAME | --train PATH [PATH ...]) [clients, protocol]
+                    [--method M] [--include/--exclude/--categorical/--numeric COL ...]
+                    [estimator options: --n-components, --features, --alpha, ...] --out MODEL
     fedep score     --model MODEL --input PATH --output PATH [--client-column COL]
                     [--top-features K] [--chunksize N]
     fedep evaluate  --model MODEL (--dataset NAME | --test PATH --label-column COL)
                     [--client-column COL] [--json]
+
+    fit, score, evaluate (and data summary) read CSV/TSV, Zeek TSV/JSON logs, Parquet,
+    Feather and JSON, optionally compressed (``--format``, ``--delimiter``,
+    ``--infinity``; :func:`fedep.data.readers.read_table`).
     fedep reproduce --out DIR [--quick] [--data-dir DIR] [--datasets ...] [--seeds ...]
     fedep data verify  [--data-dir DIR]
     fedep data summary (--dataset NAME | --train PATH) --clients D --partition P

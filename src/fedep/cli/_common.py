@@ -87,8 +87,41 @@ def check_dataset(name: str | None) -> None:
 
 
 # ---------------------------------------------------------------------- data options
+def add_read_options(p: argparse.ArgumentParser) -> None:
+    """``--format``, ``--delimiter``, ``--infinity``: how flow-record files are read
+    (:func:`fedep.data.readers.read_table`), shared by fit, score and evaluate."""
+    from fedep.data.readers import FORMATS, INFINITY_POLICIES
+
+    g = p.add_argument_group("input files (CSV/TSV, Zeek TSV/JSON logs, Parquet, Feather, JSON)")
+    g.add_argument(
+        "--format",
+        choices=("auto", *FORMATS),
+        default="auto",
+        help="file format (default: auto, detected from the content and the name; "
+        "gzip/bzip2/xz/zstd compression is always recognised)",
+    )
+    g.add_argument(
+        "--delimiter",
+        metavar="CHAR",
+        help="CSV/TSV delimiter (default: sniffed from the header line)",
+    )
+    g.add_argument(
+        "--infinity",
+        choices=INFINITY_POLICIES,
+        default="nan",
+        help="infinite values in float columns: nan (missing, the default), clip (to the "
+        "column's finite range in the file) or error",
+    )
+
+
+def read_kwargs(args) -> dict:
+    """The :func:`~fedep.data.readers.read_table` options of the command line."""
+    return {"format": args.format, "delimiter": args.delimiter, "infinity": args.infinity}
+
+
 def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
-    """``--dataset NAME | --train/--test PATH`` and the table's column options."""
+    """``--dataset NAME | --train PATH [PATH ...] / --test PATH``, the read options and
+    the table's column options."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--dataset",
@@ -96,12 +129,24 @@ def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
         metavar="NAME",
         help=f"official dataset: {', '.join(DATASET_NAMES)}",
     )
-    src.add_argument(
-        "--test" if test else "--train",
-        dest="table",
-        metavar="PATH",
-        help="your own CSV or Parquet table (header row; numeric feature columns)",
-    )
+    if test:
+        src.add_argument(
+            "--test",
+            dest="table",
+            metavar="PATH",
+            help="your own flow records, one file in any supported format",
+        )
+    else:
+        src.add_argument(
+            "--train",
+            dest="table",
+            nargs="+",
+            metavar="PATH",
+            help="your own flow records: one file per gateway (gateway id = file name "
+            "without suffixes), a directory of such files, or one file with "
+            "--client-column; any supported format",
+        )
+    add_read_options(p)
     p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
     p.add_argument(
         "--feature-set",
@@ -174,6 +219,49 @@ def load_model(path):
     import fedep
 
     return fedep.load(path)
+
+
+def required_columns(det) -> list[str]:
+    """Raw columns a model needs: its pipeline's used, non-optional columns, or (numeric
+    path) ``feature_names_in_``."""
+    pipe = getattr(det, "features_", None)
+    if pipe is None:
+        return [str(c) for c in getattr(det, "feature_names_in_", ())]
+    return [d.name for d in pipe.decisions_ if d.used and not d.optional]
+
+
+def used_columns(det) -> list[str]:
+    """Raw columns a model reads (required and optional)."""
+    pipe = getattr(det, "features_", None)
+    if pipe is None:
+        return [str(c) for c in getattr(det, "feature_names_in_", ())]
+    return [d.name for d in pipe.decisions_ if d.used]
+
+
+def check_columns(det, columns, path) -> None:
+    """One error naming every column the model needs that ``columns`` lacks."""
+    from fedep.data import DataError
+
+    have = set(columns)
+    missing = [c for c in required_columns(det) if c not in have]
+    if missing:
+        shown = ", ".join(map(repr, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        raise DataError(
+            path,
+            f"lacks {len(missing)} column(s) needed by the model: {shown}",
+            line=1,
+            column=missing[0],
+        )
+
+
+def output_feature_names(det) -> list[str]:
+    """Names of the model's features (columns of ``feature_contributions``)."""
+    names = getattr(det, "feature_names_out_", None)
+    if names is None:
+        names = getattr(det, "feature_names_in_", None)
+    if names is None:
+        return [f"x{j}" for j in range(det.components_.shape[1])]
+    return [str(c) for c in names]
 
 
 def model_features(det, path) -> list[str]:

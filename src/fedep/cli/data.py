@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from fedep.cli._common import UsageError, add_clients, add_data_source
 
 
@@ -39,8 +41,12 @@ def cmd_data_summary(args) -> int:
 
     if args.dataset is not None and args.clients is None:
         raise UsageError("data summary needs --clients D")
+    from fedep.cli.training import numeric_columns
+
     data = load_training(args, "contaminated", seed=args.random_state, apply_protocol=False)
-    df = partition_summary(data.groups, data.y, data.X, data.names)
+    names = numeric_columns(data.X)
+    X = data.X[names].to_numpy(dtype=np.float64, na_value=np.nan) if names else None
+    df = partition_summary(data.groups, data.y, X, names or None)
     print(data.desc.replace(", protocol contaminated", ", all training rows"))
     print(format_partition_summary(df))
     return 0

@@ -41,12 +41,11 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_evaluate)
 
 
-def test_data(args, names):
+def test_data(args, names, det=None):
     """X_test (a DataFrame of the model's columns), y_test, categories, clients, source."""
     import pandas as pd
 
-    from fedep.cli.training import read_column
-    from fedep.data import DataError, load_csv, load_dataset
+    from fedep.data import load_dataset
 
     check_dataset(args.dataset)
     if args.dataset is not None:
@@ -67,27 +66,50 @@ def test_data(args, names):
         return X, ds.y_test, cats, None, f"{ds.name} test set"
     if not args.label_column:
         raise UsageError("--test needs --label-column")
-    t = load_csv(
-        args.table,
-        label_column=args.label_column,
-        normal_label=args.normal_label,
-        client_column=args.client_column,
-        feature_columns=names,
+    return _table_test_data(args, det)
+
+
+def _table_test_data(args, det):
+    """The test table read by :func:`~fedep.data.readers.read_table` (any format)."""
+    import pandas as pd
+
+    from fedep.cli._common import check_columns, read_kwargs
+    from fedep.cli.training import client_ids_of, labels_of, numeric_matrix
+    from fedep.data import DataError
+    from fedep.data.readers import read_table
+
+    path = Path(args.table)
+    df = read_table(path, **read_kwargs(args))
+    cols = [str(c) for c in df.columns]
+    roles = (
+        ("--label-column", args.label_column),
+        ("--client-column", args.client_column),
+        ("--category-column", args.category_column),
     )
+    for opt, c in roles:
+        if c is not None and c not in cols:
+            raise DataError(path, f"{opt} {c!r} is not a column (columns: {cols})", column=c)
+    check_columns(det, cols, path)
+    y = labels_of(df[args.label_column], args.normal_label, path, args.label_column)
     if args.category_column is not None:
-        cats = read_column(args.table, args.category_column)
+        cats = df[args.category_column].astype(str).str.strip().to_numpy(dtype=str)
     elif args.normal_label is not None:
-        cats = read_column(args.table, args.label_column)
+        cats = df[args.label_column].astype(str).str.strip().to_numpy(dtype=str)
     else:
-        cats = np.where(t.y == 0, "normal", "attack")
-    if len(cats) != len(t.y):
-        raise DataError(args.table, "category column length differs from the table")
-    cats = np.where(t.y == 0, "normal", cats)
+        cats = np.where(y == 0, "normal", "attack")
+    cats = np.where(y == 0, "normal", cats)
     groups = None
     if args.client_column is not None:
-        groups = np.asarray(t.group_names, dtype=str)[t.groups]
-    X = pd.DataFrame(t.X, columns=names, copy=False)
-    return X, t.y, cats, groups, Path(args.table).name
+        groups = client_ids_of(df[args.client_column], path, args.client_column)
+    if getattr(det, "features_", None) is not None:
+        # The pipeline reads its own columns by name; the label / category / client
+        # columns are never features (they were not in the training frame).
+        special = [c for _, c in roles if c is not None]
+        X = df.drop(columns=special)
+    else:
+        names = [str(c) for c in det.feature_names_in_]
+        X = pd.DataFrame(numeric_matrix(df, names, path), columns=names, copy=False)
+    return X, y, cats, groups, path.name
 
 
 def cmd_evaluate(args) -> int:
@@ -96,7 +118,7 @@ def cmd_evaluate(args) -> int:
 
     det = load_model(args.model)
     names = model_features(det, args.model)
-    X, y, cats, groups, source = test_data(args, names)
+    X, y, cats, groups, source = test_data(args, names, det)
     if groups is not None and det.clients_.dtype.kind in "iu":
         from fedep.cli.score import client_ids
 

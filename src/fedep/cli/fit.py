@@ -9,6 +9,16 @@ is reported (one line, the estimator's message) at once.
 ``--random-state`` seeds the estimator and also the random client partitions
 (``--partition iid`` / ``dirichlet``); not given, the estimator keeps its default
 (``None``) and the partition uses seed 0.
+
+Your own flow records (``--train``: one file per gateway, a directory, or one file with
+``--client-column``; any format :func:`fedep.data.readers.read_table` reads) go through
+the estimator's federated feature pipeline (``--features auto``, the default):
+``--include / --exclude / --categorical / --numeric COL ...`` override its decisions
+(they build a :class:`~fedep.features.FeaturePipeline` passed as ``features``), and the
+decisions are printed as a table unless ``--quiet``. The label and client columns are
+removed before the pipeline sees the table. ``--features numeric`` uses the numeric
+columns as they are. An official ``--dataset`` keeps the paper's numeric features
+(``--features numeric``) unless ``--features`` or a pipeline option is given.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import numpy as np
 
 from fedep.cli._common import (
     DEFAULT_PARTITION_SEED,
+    UsageError,
     add_clients,
     add_data_source,
     check_output_file,
@@ -53,6 +64,14 @@ def register(sub) -> None:
     p.add_argument("--method", choices=METHODS, default="fedep", help="default: fedep")
     p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    g = p.add_argument_group("feature pipeline (with --features auto, the default)")
+    for opt, what in (
+        ("--include", "keep these columns even if a rule would drop them"),
+        ("--exclude", "never use these columns"),
+        ("--categorical", "one-hot encode these columns"),
+        ("--numeric", "treat these columns as numbers"),
+    ):
+        g.add_argument(opt, nargs="+", metavar="COL", help=what)
     add_param_options(p)
     p.set_defaults(func=cmd_fit)
 
@@ -67,9 +86,31 @@ def build_estimator(args: argparse.Namespace):
     """
     from fedep.params import make_estimator, params_from_args
 
-    det = make_estimator(args.method, params_from_args(args))
+    params = params_from_args(args)
+    overrides = pipeline_overrides(args)
+    if overrides:
+        if params.get("features", "auto") != "auto":
+            raise UsageError(
+                "--include / --exclude / --categorical / --numeric configure the feature "
+                "pipeline: they need --features auto"
+            )
+        from fedep.features import FeaturePipeline
+
+        params["features"] = FeaturePipeline(**overrides)
+    elif getattr(args, "dataset", None) is not None and "features" not in params:
+        params["features"] = "numeric"  # the paper's features, as the reproduction
+    det = make_estimator(args.method, params)
     det._validate_params()  # the estimator's full check (e.g. OneShotPCA's sketch_rank)
     return det
+
+
+def pipeline_overrides(args: argparse.Namespace) -> dict:
+    """The FeaturePipeline overrides given on the command line."""
+    return {
+        k: list(getattr(args, k))
+        for k in ("include", "exclude", "categorical", "numeric")
+        if getattr(args, k, None)
+    }
 
 
 def non_default_params(det) -> dict:
@@ -88,7 +129,6 @@ def partition_seed(det) -> int:
 
 
 def cmd_fit(args) -> int:
-    import pandas as pd
     from sklearn.exceptions import ConvergenceWarning
 
     import fedep
@@ -106,12 +146,20 @@ def cmd_fit(args) -> int:
         progress = RoundProgress(int(params["n_rounds"]), label=args.method, enabled=not args.quiet)
         det.set_params(callback=progress)  # callback(round, V, record)
     n_clients = len(np.unique(data.groups))
+    frame = data.X
+    if isinstance(det.features, str) and det.features == "numeric":
+        from fedep.cli.training import numeric_columns
+
+        keep = numeric_columns(frame)
+        ignored = [str(c) for c in frame.columns if c not in keep]
+        if ignored:
+            info(f"--features numeric: ignoring non-numeric column(s) {ignored}", args.quiet)
+        frame = frame[keep]
     info(
-        f"training {type(det).__name__} (rank {det.n_components}) on {data.X.shape[0]} rows x "
-        f"{data.X.shape[1]} features: {data.desc}",
+        f"training {type(det).__name__} (rank {det.n_components}) on {frame.shape[0]} rows x "
+        f"{frame.shape[1]} columns: {data.desc}",
         args.quiet,
     )
-    frame = pd.DataFrame(data.X, columns=data.names, copy=False)
     t1 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -123,11 +171,18 @@ def cmd_fit(args) -> int:
             det.set_params(callback=None)
     t_fit = time.perf_counter() - t1
     fedep.save(det, out)
+    pipe = getattr(det, "features_", None)
+    if pipe is not None and not args.quiet:
+        from fedep.features import format_decisions
+
+        n_out = len(det.feature_names_out_)
+        print(f"feature pipeline: {frame.shape[1]} columns -> {n_out} features")
+        print(format_decisions(pipe.decisions_))
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")
     print(
-        f"{args.method}: {_how(det)}; {n_clients} clients, {data.X.shape[0]} training rows; "
+        f"{args.method}: {_how(det)}; {n_clients} clients, {frame.shape[0]} training rows; "
         f"fit {t_fit:.2f} s (data {t_load:.2f} s); threshold {det.threshold_:.6g}; "
         f"model written to {out}"
     )

@@ -1,5 +1,13 @@
 """``fedep score``: append anomaly_score, is_anomaly and top_features to every row of
-a CSV file, streaming it in blocks (:mod:`fedep.data.stream`).
+a flow-record file, written as CSV.
+
+A plain comma-separated CSV file is streamed in blocks (:mod:`fedep.data.stream`) and its
+lines are copied byte for byte; any other input (Zeek logs, Parquet, Feather, JSON,
+compressed or non-comma CSV/TSV, or ``--infinity clip``) is read in chunks by
+:func:`fedep.data.readers.read_table` and its columns written back by pandas. A model
+with a feature pipeline reads the columns it needs by name (any order; extra columns
+are ignored; a missing one is one error naming it); ``top_features`` names the
+pipeline's output features (``orig_bytes``, ``proto=tcp``, ...).
 
 The output is written to a temporary file in the output's directory and renamed onto
 ``--output`` at the end; on any error or interruption (Ctrl-C, SIGTERM) the temporary
@@ -17,24 +25,36 @@ import numpy as np
 
 from fedep.cli._common import (
     UsageError,
+    add_read_options,
+    check_columns,
     check_output_file,
     info,
     load_model,
     model_features,
     nonneg_int,
+    output_feature_names,
     positive_int,
+    read_kwargs,
+    used_columns,
 )
+
+_COMPRESSION_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "score",
-        help="score the rows of a CSV file",
+        help="score the rows of a flow-record file",
         description="Append anomaly_score, is_anomaly and top_features to every row of a "
-        "CSV file, streaming it in chunks.",
+        "flow-record file (any supported format), streaming it in chunks; the output is CSV.",
     )
     p.add_argument("--model", required=True, help="model file from `fedep fit`")
-    p.add_argument("--input", required=True, help="CSV file with a header row")
+    p.add_argument(
+        "--input",
+        required=True,
+        help="flow records: CSV/TSV with a header row, Zeek log, Parquet, Feather, JSON "
+        "(optionally compressed)",
+    )
     p.add_argument("--output", required=True, help="CSV file to write")
     p.add_argument(
         "--client-column",
@@ -56,6 +76,7 @@ def register(sub) -> None:
         help="rows read per chunk (default: 100000)",
     )
     p.add_argument("--quiet", action="store_true", help="no summary line")
+    add_read_options(p)
     p.set_defaults(func=cmd_score)
 
 
@@ -81,10 +102,11 @@ def top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def score_block(det, X, groups, names, k):
-    """Scores, 0/1 flags and top-feature indices/values of one block."""
+    """Scores, 0/1 flags and top-feature indices/values of one block (``X``: a
+    DataFrame, or an array of the columns ``names``)."""
     import pandas as pd
 
-    frame = pd.DataFrame(X, columns=names, copy=False)
+    frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X, columns=names, copy=False)
     idx = vals = None
     if k > 0:
         # One pass: contributions' rows sum to decision_function (documented).
@@ -94,7 +116,7 @@ def score_block(det, X, groups, names, k):
     else:
         scores = det.decision_function(frame, groups)
     # predict()'s rule (score above the row's client threshold), without a second pass.
-    flags = (scores > det.row_thresholds(groups, X.shape[0])).astype(int)
+    flags = (scores > det.row_thresholds(groups, len(frame))).astype(int)
     return scores, flags, idx, vals
 
 
@@ -108,46 +130,156 @@ def _temp_beside(dst: Path) -> Path:
     return Path(name)
 
 
-def cmd_score(args) -> int:
-    from fedep.data import DataError
-    from fedep.data.stream import CsvBlockReader, ScoreTailFormatter
+def streams_as_csv(src: Path, args) -> bool:
+    """Whether ``src`` is a plain comma-separated CSV file (streamed byte for byte)."""
+    from fedep.data.readers import detect_format
 
+    fmt = args.format if args.format != "auto" else detect_format(src)
+    if fmt != "csv" or args.infinity == "clip":
+        return False
+    with open(src, "rb") as fh:
+        head = fh.read(1 << 16)
+    if any(head.startswith(m) for m in _COMPRESSION_MAGIC):
+        return False
+    if args.delimiter is not None:
+        return args.delimiter == ","
+    first = head.split(b"\n", 1)[0].decode("utf-8", "replace")
+    return max((",", "\t", ";", "|"), key=first.count) == ","
+
+
+def cmd_score(args) -> int:
     src = Path(args.input)
     if not src.is_file():
         raise FileNotFoundError(f"input file {str(src)!r} does not exist")
     dst = check_output_file(args.output, "--output")
     if dst.exists() and dst.resolve() == src.resolve():
         raise UsageError("--output must differ from --input")
-    if src.suffix.lower() in (".parquet", ".pq"):
-        raise UsageError("fedep score streams CSV files; convert Parquet input to CSV")
     det = load_model(args.model)
-    names = model_features(det, args.model)
-    reader = CsvBlockReader(src, names, args.chunksize, args.client_column)
-    tails = ScoreTailFormatter(names, args.top_features)
-    clash = [c for c in tails.columns if c in reader.header]
-    if clash:
-        raise DataError(src, f"already has output column {clash[0]!r}", line=1, column=clash[0])
-
-    n_anom = 0
+    model_features(det, args.model)  # a model fitted on a plain array cannot read tables
+    tails_names = output_feature_names(det)
+    stream = streams_as_csv(src, args)
     t0 = time.perf_counter()
     tmp = _temp_beside(dst)
     try:
         with open(tmp, "wb") as fout:
-            fout.write(reader.header_raw + b"," + ",".join(tails.columns).encode() + b"\n")
-            for block in reader:
-                groups = None if block.ids is None else client_ids(block.ids, det)
-                scores, flags, idx, vals = score_block(det, block.X, groups, names, tails.k)
-                fout.write(block.with_tails(tails(scores, flags, idx, vals)))
-                n_anom += int(flags.sum())
+            run = _score_csv_stream if stream else _score_chunks
+            n_rows, n_anom = run(det, src, fout, tails_names, args)
         os.replace(tmp, dst)
     finally:  # errors, KeyboardInterrupt (and SIGTERM, turned into one by main)
         tmp.unlink(missing_ok=True)
-    n_rows = reader.n_rows
     dt = time.perf_counter() - t0
     rate = n_rows / dt if dt > 0 else float("inf")
     info(
         f"scored {n_rows} records in {dt:.2f} s ({rate:,.0f} records/s); {n_anom} flagged "
-        f"as anomalies ({100 * n_anom / n_rows:.2f}%); written to {dst}",
+        f"as anomalies ({100 * n_anom / max(n_rows, 1):.2f}%); written to {dst}",
         args.quiet,
     )
     return 0
+
+
+def _score_located(det, X, groups, tails_names, k, src, where: str):
+    """:func:`score_block`; a bad value the pipeline meets is a DataError naming the file,
+    the ``where`` ("line" or "row") of the index label and the column."""
+    import re
+
+    from fedep.data import DataError
+    from fedep.features import FeatureError
+
+    try:
+        return score_block(det, X, groups, tails_names, k)
+    except FeatureError as exc:
+        m = re.fullmatch(r"column (.+) is numeric but row (\d+) holds (.+)", str(exc))
+        if m is None:
+            raise DataError(src, str(exc)) from None
+        col = m.group(1).strip("'\"")
+        where_kw = {where: int(m.group(2))}
+        msg = f"non-numeric value {m.group(3)} in a numeric feature column"
+        raise DataError(src, msg, column=col, **where_kw) from None
+
+
+def _check_clash(columns, tails, src) -> None:
+    from fedep.data import DataError
+
+    clash = [c for c in tails.columns if c in columns]
+    if clash:
+        raise DataError(src, f"already has output column {clash[0]!r}", line=1, column=clash[0])
+
+
+def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
+    """Stream a comma-separated CSV file, copying its lines and appending the tails."""
+    from fedep.data.stream import CsvBlockReader, ScoreTailFormatter, read_csv_header
+
+    pipe = getattr(det, "features_", None)
+    if pipe is None:
+        names = [str(c) for c in det.feature_names_in_]
+        reader = CsvBlockReader(src, names, args.chunksize, args.client_column)
+    else:
+        header, _ = read_csv_header(src)
+        check_columns(det, header, src)
+        cols = [c for c in used_columns(det) if c in header]
+        reader = CsvBlockReader(
+            src, [], args.chunksize, args.client_column, frame_columns=cols,
+            infinity=args.infinity,
+        )  # fmt: skip
+    tails = ScoreTailFormatter(tails_names, args.top_features)
+    _check_clash(reader.header, tails, src)
+    n_anom = 0
+    fout.write(reader.header_raw + b"," + ",".join(tails.columns).encode() + b"\n")
+    for block in reader:
+        groups = None if block.ids is None else client_ids(block.ids, det)
+        if block.frame is None:
+            scores, flags, idx, vals = score_block(det, block.X, groups, tails_names, tails.k)
+        else:
+            X = block.frame.set_axis(range(block.first_line, block.first_line + len(block)))
+            scores, flags, idx, vals = _score_located(
+                det, X, groups, tails_names, tails.k, src, "line"
+            )
+        fout.write(block.with_tails(tails(scores, flags, idx, vals)))
+        n_anom += int(flags.sum())
+    return reader.n_rows, n_anom
+
+
+def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
+    """Any other format: read_table chunks, written back as CSV with the tails."""
+    import io
+
+    from fedep.cli.training import numeric_matrix
+    from fedep.data import DataError
+    from fedep.data.readers import read_table
+    from fedep.data.stream import ScoreTailFormatter
+
+    tails = ScoreTailFormatter(tails_names, args.top_features)
+    pipe = getattr(det, "features_", None)
+    n_rows = n_anom = 0
+    for chunk in read_table(src, **read_kwargs(args), chunksize=args.chunksize):
+        if n_rows == 0:
+            cols = [str(c) for c in chunk.columns]
+            check_columns(det, cols, src)
+            _check_clash(cols, tails, src)
+            if args.client_column is not None and args.client_column not in cols:
+                raise DataError(
+                    src, f"client column {args.client_column!r} is not a column",
+                    column=args.client_column,
+                )  # fmt: skip
+        groups = None
+        if args.client_column is not None:
+            s = chunk[args.client_column]
+            ids = s.astype(object).where(s.notna(), "").astype(str).str.strip()
+            groups = client_ids(ids.to_numpy(dtype=str), det)
+        if pipe is None:
+            X = numeric_matrix(chunk, tails_names, src)
+            scores, flags, idx, vals = score_block(det, X, groups, tails_names, tails.k)
+        else:
+            X = chunk.set_axis(range(n_rows + 1, n_rows + 1 + len(chunk)))
+            scores, flags, idx, vals = _score_located(
+                det, X, groups, tails_names, tails.k, src, "row"
+            )
+        out = chunk.assign(**tails.fields(scores, flags, idx, vals))
+        buf = io.StringIO()
+        out.to_csv(buf, header=n_rows == 0, index=False, lineterminator="\n")
+        fout.write(buf.getvalue().encode("utf-8"))
+        n_rows += len(chunk)
+        n_anom += int(flags.sum())
+    if n_rows == 0:
+        raise DataError(src, "no data rows")
+    return n_rows, n_anom

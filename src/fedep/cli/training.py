@@ -3,19 +3,26 @@ clients, or the user's table with its clients (a column, or a partition)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from fedep.cli._common import UsageError, check_dataset
 
 
 @dataclass
 class Training:
-    """Training rows with clients, feature names and a description."""
+    """Training rows with clients, feature names and a description.
 
-    X: np.ndarray
+    ``X`` is a DataFrame of the feature columns: the user's table without its label,
+    category and client columns (any dtypes; the estimator's feature pipeline decides
+    what they become), or an official dataset's numeric features.
+    """
+
+    X: pd.DataFrame
     y: np.ndarray | None
     groups: np.ndarray
     names: list[str]
@@ -24,22 +31,102 @@ class Training:
 
 
 def read_column(path, column: str) -> np.ndarray:
-    """One raw column of a CSV/Parquet table, as stripped strings."""
-    import pandas as pd
+    """One raw column of a table (any supported format), as stripped strings."""
+    from fedep.data import DataError
+    from fedep.data.readers import read_table
 
+    try:
+        s = read_table(path, columns=[column])[column]
+    except KeyError as exc:  # pragma: no cover - read_table names unknown columns itself
+        raise DataError(Path(path), f"cannot read column: {exc}", column=column) from None
+    return _text(s)
+
+
+def _text(s: pd.Series) -> np.ndarray:
+    """A column as stripped strings (missing values as "")."""
+    return s.astype(object).where(s.notna(), "").astype(str).str.strip().to_numpy(dtype=str)
+
+
+def labels_of(s: pd.Series, normal_label, path, column: str) -> np.ndarray:
+    """0 (normal) / 1 (attack) labels of a label column.
+
+    Without ``normal_label`` the labels must be 0/1; with it, every other value is an
+    attack. A missing label is an error naming the data row.
+    """
     from fedep.data import DataError
 
-    p = Path(path)
+    st = pd.Series(_text(s))
+    empty = (st == "").to_numpy()
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise DataError(path, "missing label", row=i + 1, column=column)
+    num = pd.to_numeric(st, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    if normal_label is None:
+        bad = ~np.isin(num, (0.0, 1.0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(
+                path,
+                f"label must be 0 or 1 (or pass --normal-label), got {st.iloc[i]!r}",
+                row=i + 1,
+                column=column,
+            )
+        return num.astype(np.int64)
     try:
-        if p.suffix.lower() in (".parquet", ".pq"):
-            s = pd.read_parquet(p, columns=[column])[column]
-        else:
-            s = pd.read_csv(
-                p, usecols=[column], dtype=str, keep_default_na=False, encoding="utf-8-sig"
-            )[column]
-    except (ValueError, KeyError) as exc:
-        raise DataError(p, f"cannot read column: {exc}", column=column) from None
-    return s.astype(str).str.strip().to_numpy()
+        ref = float(str(normal_label).strip())
+    except ValueError:
+        ref = None
+    if ref is not None and not np.isnan(num).any():
+        y = (num != ref).astype(np.int64)
+    else:
+        y = (st != str(normal_label).strip()).to_numpy(dtype=np.int64)
+    if y.all():
+        warnings.warn(
+            f"{path}: --normal-label {normal_label!r} never occurs in column {column!r}; "
+            "every row is labelled as an attack",
+            stacklevel=2,
+        )
+    return y
+
+
+def client_ids_of(s: pd.Series, path, column: str) -> np.ndarray:
+    """Client ids of a client column as stripped strings; a missing id is an error."""
+    from fedep.data import DataError
+
+    ids = _text(s)
+    empty = ids == ""
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise DataError(path, "missing client id", row=i + 1, column=column)
+    return ids
+
+
+def numeric_columns(df: pd.DataFrame) -> list[str]:
+    """Columns of numeric or boolean dtype (what ``features="numeric"`` can use)."""
+    return [
+        c
+        for c in df.columns
+        if pd.api.types.is_numeric_dtype(df[c].dtype) or pd.api.types.is_bool_dtype(df[c].dtype)
+    ]
+
+
+def numeric_matrix(df: pd.DataFrame, names, path) -> np.ndarray:
+    """``df[names]`` as finite float64; a non-numeric or missing value is an error naming
+    its column and data row (the numeric path of a model fitted without a pipeline)."""
+    from fedep.data import DataError
+
+    X = np.empty((len(df), len(names)), dtype=np.float64)
+    for j, c in enumerate(names):
+        s = df[c]
+        v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raw = s.iloc[i]
+            what = "missing value" if pd.isna(raw) else f"non-numeric or non-finite value {raw!r}"
+            raise DataError(path, what, row=i + 1, column=str(c))
+        X[:, j] = v
+    return X
 
 
 def check_client_options(args) -> None:
@@ -53,47 +140,78 @@ def check_client_options(args) -> None:
         raise UsageError("--normal-label needs --label-column")
 
 
+def _read_training_tables(args):
+    """(frame, per-file gateway ids or None, description of the files)."""
+    from fedep.cli._common import read_kwargs
+    from fedep.data.readers import gateway_files, read_many, read_table
+
+    paths = [args.table] if isinstance(args.table, str | Path) else list(args.table)
+    files = gateway_files(paths)
+    kw = read_kwargs(args)
+    if len(files) == 1 and not Path(paths[0]).is_dir():
+        return read_table(files[0], **kw), None, files[0].name
+    tables = read_many(paths, **kw)
+    frames = list(tables.values())
+    df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
+    ids = np.repeat(np.asarray(list(tables), dtype=str), [len(f) for f in frames])
+    return df, ids, f"{len(files)} files"
+
+
 def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True) -> Training:
     """Rows, labels and clients (``protocol`` applied unless ``apply_protocol`` is False).
 
-    ``seed`` drives the random partitions (``iid``, ``dirichlet``).
+    ``seed`` drives the random partitions (``iid``, ``dirichlet``). Several ``--train``
+    files (or a directory) are one gateway each, unless ``--client-column`` is given.
     """
     check_client_options(args)
     check_dataset(args.dataset)
     if args.dataset is not None:
         return _official(args, protocol, seed)
-    from fedep.data import load_csv
+    from fedep.data import DataError
 
-    t = load_csv(
-        args.table,
-        label_column=args.label_column,
-        normal_label=args.normal_label,
-        client_column=args.client_column,
-    )
-    X, y = t.X, t.y
+    df, file_ids, source = _read_training_tables(args)
+    path = source
+    cols = [str(c) for c in df.columns]
+    for opt, c in (("--label-column", args.label_column), ("--client-column", args.client_column)):
+        if c is not None and c not in cols:
+            raise DataError(path, f"{opt} {c!r} is not a column (columns: {cols})", column=c)
+    y = None
+    if args.label_column is not None:
+        y = labels_of(df[args.label_column], args.normal_label, path, args.label_column)
     if args.client_column is not None:
-        # Keep the real client ids in the model so that `score --client-column` matches.
-        groups = np.asarray(t.group_names, dtype=str)[t.groups]
-        how = f"{len(t.group_names)} clients from column {args.client_column!r}"
+        groups = client_ids_of(df[args.client_column], path, args.client_column)
+        how = f"{len(np.unique(groups))} clients from column {args.client_column!r}"
+    elif file_ids is not None:
+        if args.clients is not None or args.partition is not None:
+            raise UsageError(
+                "several --train files are one client each: --clients / --partition "
+                "apply to one file"
+            )
+        groups = file_ids
+        how = f"{len(np.unique(groups))} clients (one per file)"
     elif args.clients is not None or args.partition is not None:
         if args.clients is None:
             raise UsageError("--partition needs --clients")
         partition = args.partition or "iid"
-        groups = _partition(args, partition, t, seed)
+        groups = _partition(args, partition, df, y, seed)
         how = f"{args.clients} clients ({partition} partition)"
     else:
-        groups = np.zeros(X.shape[0], dtype=np.int64)
-        how = "1 client (use --client-column or --clients D)"
+        groups = np.zeros(len(df), dtype=np.int64)
+        how = "1 client (use --client-column, --clients D or one file per gateway)"
+    # The label and client columns never become features.
+    special = [c for c in (args.label_column, args.client_column) if c is not None]
+    X = df.drop(columns=special) if special else df
     if protocol == "clean" and y is None:
         raise UsageError("--protocol clean needs labels: pass --label-column")
     proto = protocol or ("clean" if y is not None else "contaminated")
     if apply_protocol and proto == "clean":
         keep = y == 0
         if not keep.any():
-            raise UsageError(f"{args.table}: no normal rows to train on (protocol clean)")
-        X, y, groups = X[keep], y[keep], groups[keep]
-    desc = f"{Path(args.table).name}, {how}, protocol {proto}"
-    return Training(X, y, groups, list(t.feature_names), desc)
+            raise UsageError(f"{source}: no normal rows to train on (protocol clean)")
+        X = X.loc[keep].reset_index(drop=True)
+        y, groups = y[keep], groups[keep]
+    desc = f"{source}, {how}, protocol {proto}"
+    return Training(X, y, groups, [str(c) for c in X.columns], desc)
 
 
 def _official(args, protocol, seed) -> Training:
@@ -119,7 +237,7 @@ def _official(args, protocol, seed) -> Training:
         f"partition), protocol {protocol or 'clean'}"
     )
     return Training(
-        split.X_train,
+        pd.DataFrame(split.X_train, columns=list(ds.feature_names)),
         split.y_train,
         split.groups_train,
         list(ds.feature_names),
@@ -128,24 +246,22 @@ def _official(args, protocol, seed) -> Training:
     )
 
 
-def _partition(args, partition: str, t, seed: int) -> np.ndarray:
+def _partition(args, partition: str, df: pd.DataFrame, y, seed: int) -> np.ndarray:
     from fedep.data import partition_dirichlet, partition_iid, partition_sorted
 
-    n = t.X.shape[0]
+    n = len(df)
     if partition == "sorted":
-        if args.partition_key in t.feature_names:
-            key = t.X[:, t.feature_names.index(args.partition_key)]
-        else:
-            import pandas as pd
-
-            raw = read_column(args.table, args.partition_key)
-            key = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=float)
-            if not np.isfinite(key).all():
-                raise UsageError(f"--partition-key column {args.partition_key!r} must be numeric")
+        if args.partition_key not in df.columns:
+            raise UsageError(f"--partition-key column {args.partition_key!r} is not a column")
+        key = pd.to_numeric(df[args.partition_key], errors="coerce").to_numpy(
+            dtype=float, na_value=np.nan
+        )
+        if not np.isfinite(key).all():
+            raise UsageError(f"--partition-key column {args.partition_key!r} must be numeric")
         return partition_sorted(key, args.clients)
     if partition == "dirichlet":
         if args.label_column is None:
             raise UsageError("--partition dirichlet needs --label-column")
-        labels = read_column(args.table, args.label_column)
+        labels = _text(df[args.label_column])
         return partition_dirichlet(labels, args.clients, args.dirichlet_concentration, seed)
     return partition_iid(n, args.clients, seed)

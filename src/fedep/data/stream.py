@@ -18,6 +18,12 @@ header is line 1) and, for a bad value, the column:
 * a blank line inside the data (blank lines at the end of the file are ignored);
 * a header without data rows (raised once the file is exhausted).
 
+With ``frame_columns`` (a model with a feature pipeline), those columns are also
+returned as a DataFrame per block (:attr:`CsvBlock.frame`), parsed by pandas' C parser
+with its type inference and missing-value markers; the pipeline reads text and numbers
+alike. Infinite values in them follow ``infinity`` (``"nan"``: missing, ``"error"``: a
+``DataError`` naming line and column), as :func:`fedep.data.readers.read_table` does.
+
 Limitation: a quoted field spanning several lines is not supported (a block's row
 count then differs from its line count, which is reported). Results do not depend on
 ``chunk_rows``.
@@ -85,12 +91,15 @@ class CsvBlock:
         The rows' original lines, without line ends.
     first_line : int
         1-based line number of the first row in the file (the header is line 1).
+    frame : DataFrame or None
+        The ``frame_columns`` of the reader (None without them).
     """
 
     X: np.ndarray
     ids: np.ndarray | None
     lines: list[bytes]
     first_line: int
+    frame: pd.DataFrame | None = None
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -115,6 +124,10 @@ class CsvBlockReader:
         Lines per block.
     client_column : str, optional
         A column returned as text in :attr:`CsvBlock.ids`.
+    frame_columns : sequence of str, optional
+        Columns returned as a DataFrame in :attr:`CsvBlock.frame` (any type).
+    infinity : {"nan", "error"}, default="nan"
+        Infinite values in ``frame_columns``.
 
     Attributes
     ----------
@@ -131,7 +144,15 @@ class CsvBlockReader:
         See the module documentation.
     """
 
-    def __init__(self, path, names: Sequence[str], chunk_rows: int = 100_000, client_column=None):
+    def __init__(
+        self,
+        path,
+        names: Sequence[str],
+        chunk_rows: int = 100_000,
+        client_column=None,
+        frame_columns: Sequence[str] | None = None,
+        infinity: str = "nan",
+    ):
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"input file {str(self.path)!r} does not exist")
@@ -140,8 +161,13 @@ class CsvBlockReader:
         self.names = [str(c) for c in names]
         self.chunk_rows = int(chunk_rows)
         self.client_column = client_column
+        self.frame_columns = None if frame_columns is None else [str(c) for c in frame_columns]
+        if infinity not in ("nan", "error"):
+            raise ValueError(f"infinity must be 'nan' or 'error' when streaming; got {infinity!r}")
+        self.infinity = infinity
         self.header, self.header_raw = read_csv_header(self.path)
-        missing = [c for c in self.names if c not in self.header]
+        wanted = self.names + (self.frame_columns or [])
+        missing = [c for c in dict.fromkeys(wanted) if c not in self.header]
         if missing:
             raise DataError(
                 self.path,
@@ -189,8 +215,58 @@ class CsvBlockReader:
     # ------------------------------------------------------------------ parsing
     def _block(self, body: list[bytes], first_line: int) -> CsvBlock:
         _check_field_counts(body, len(self.header), self.path, first_line)
-        X, ids = self._parse(b"\n".join(body) + b"\n", len(body), first_line)
+        raw = b"\n".join(body) + b"\n"
+        if self.frame_columns is not None:
+            frame, ids = self._parse_frame(raw, len(body), first_line)
+            X = np.empty((len(body), 0))
+            return CsvBlock(X=X, ids=ids, lines=body, first_line=first_line, frame=frame)
+        X, ids = self._parse(raw, len(body), first_line)
         return CsvBlock(X=X, ids=ids, lines=body, first_line=first_line)
+
+    def _read_block(self, block: bytes, first_line: int, **kw) -> pd.DataFrame:
+        try:
+            return pd.read_csv(io.BytesIO(block), header=None, names=self.header, engine="c", **kw)
+        except pd.errors.ParserError as exc:
+            msg = " ".join(str(exc).split())
+            m = re.search(r"line (\d+)", msg)
+            line = first_line + int(m.group(1)) - 1 if m else None
+            msg = re.sub(r"^Error tokenizing data\. C error: ", "", msg)
+            msg = re.sub(r" in line \d+", "", msg)
+            raise DataError(self.path, f"malformed row: {msg}", line=line) from None
+
+    def _parse_frame(self, block: bytes, n_lines: int, first_line: int):
+        """The frame columns (pandas type inference) and the client ids of one block."""
+        cols, client = self.frame_columns, self.client_column
+        usecols = list(dict.fromkeys(cols + ([client] if client is not None else [])))
+        dtype = {client: str} if client is not None and client not in cols else None
+        df = self._read_block(
+            block, first_line, usecols=usecols, dtype=dtype, skip_blank_lines=False
+        )
+        if len(df) != n_lines:
+            raise DataError(
+                self.path,
+                f"{n_lines} lines parsed as {len(df)} rows (a quoted field spanning lines is "
+                "not supported)",
+                line=first_line,
+            )
+        frame = df[cols]
+        for c in cols:
+            s = frame[c]
+            if s.dtype.kind != "f":
+                continue
+            inf = np.isinf(s.to_numpy())
+            if inf.any():
+                if self.infinity == "error":
+                    i = int(np.flatnonzero(inf)[0])
+                    raise DataError(
+                        self.path, f"infinite value {s.iloc[i]!r}", line=first_line + i, column=c
+                    )
+                frame = frame.assign(**{c: s.where(~inf, np.nan)})
+        ids = None
+        if client is not None:
+            ids = df[client].astype(object).where(df[client].notna(), "")
+            ids = ids.astype(str).str.strip().to_numpy(dtype=str)
+        return frame, ids
 
     def _parse(self, block: bytes, n_lines: int, first_line: int):
         names, client, src = self.names, self.client_column, self.path
@@ -326,6 +402,23 @@ class ScoreTailFormatter:
         q = '"' if quote and self.k else ""
         tops = ";".join(["%s:%.4g"] * self.k)
         self.fmt = f",%.10g,%d,{q}{tops}{q}\n"
+
+    def fields(self, scores, flags, idx=None, vals=None) -> dict[str, list]:
+        """The three appended columns as values for a DataFrame (same text as
+        :meth:`__call__`; the CSV writer quotes them)."""
+        score_txt = [f"{v:.10g}" for v in np.asarray(scores).tolist()]
+        flag_list = np.asarray(flags).astype(int).tolist()
+        if self.k == 0:
+            tops = [""] * len(score_txt)
+        else:
+            names = [n.replace('""', '"') for n in self.names.tolist()]
+            fmt = ";".join(["%s:%.4g"] * self.k)
+            cols = []
+            for j in range(self.k):
+                cols.append([names[i] for i in idx[:, j].tolist()])
+                cols.append(vals[:, j].tolist())
+            tops = [fmt % row for row in zip(*cols, strict=True)]
+        return dict(zip(self.columns, (score_txt, flag_list, tops), strict=True))
 
     def __call__(self, scores, flags, idx=None, vals=None) -> list[bytes]:
         """One tail per row: ``scores`` (n,), 0/1 ``flags`` (n,), and with ``k > 0`` the

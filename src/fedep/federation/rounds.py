@@ -157,6 +157,7 @@ def run_rounds(
     client_fraction: float = 1.0,
     rng: np.random.Generator | None = None,
     on_round: Callable[[int, np.ndarray, dict], None] | None = None,
+    aggregation: str = "mean",
 ) -> FederationResult:
     """Run rounds until convergence, the round cap, or too few clients.
 
@@ -180,6 +181,8 @@ def run_rounds(
     on_round : callable, optional
         ``on_round(round, V, record)`` after each round, with the new consensus
         ``V`` (n, r) and the round's record.
+    aggregation : {"mean", "median", "trimmed"}, default="mean"
+        The server step (see :func:`~fedep.federation.server.server_round`).
 
     Returns
     -------
@@ -198,7 +201,7 @@ def run_rounds(
         except TooFewClients:
             result.stop_reason = "too_few_clients"
             break
-        V_new, rec = server_round(method, rep, V)
+        V_new, rec = server_round(method, rep, V, aggregation)
         rec["round"] = rnd
         rec.update(rep.info)
         rec["time_s"] = time.perf_counter() - t0

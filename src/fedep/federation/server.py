@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedep.core.fedep import RoundReport, aggregate_consensus, consensus_terms
-from fedep.core.fedpg import aggregate_mean
+from fedep.core.aggregation import robust_step
+from fedep.core.fedep import RoundReport, consensus_terms
 
 __all__ = ["merge_reports", "server_round", "validate_report"]
 
@@ -42,7 +42,9 @@ def validate_report(rep: RoundReport, n_features: int, n_components: int) -> Non
         raise ValueError("client payload nu must be finite and positive")
 
 
-def server_round(method: str, rep: RoundReport, V_prev: np.ndarray) -> tuple[np.ndarray, dict]:
+def server_round(
+    method: str, rep: RoundReport, V_prev: np.ndarray, aggregation: str = "mean"
+) -> tuple[np.ndarray, dict]:
     """Aggregate one round's replies and summarise the round.
 
     Parameters
@@ -52,40 +54,57 @@ def server_round(method: str, rep: RoundReport, V_prev: np.ndarray) -> tuple[np.
         Merged replies of the clients that answered.
     V_prev : ndarray of shape (n, r)
         Consensus before the round.
+    aggregation : {"mean", "median", "trimmed"}, default="mean"
+        The server step (:func:`fedep.core.aggregation.robust_step`): ``"mean"`` is the
+        exact V-step (FedEP) or the mean of the bases (FedPG); ``"median"`` and
+        ``"trimmed"`` bound the influence of a few clients that send arbitrary bases.
 
     Returns
     -------
     V : ndarray of shape (n, r)
         New consensus.
     record : dict
-        Round diagnostics (sums over the answering clients).
+        Round diagnostics. ``objective``, ``augmented_lagrangian`` and the iteration
+        counts sum (average) over the answering clients; the residuals of the
+        stopping test (consensus, data, dual) over the clients that the rule kept, so
+        that an excluded client, whose ``W_i`` never joins ``V``, cannot hold the
+        run open. ``n_downweighted`` / ``downweighted``: how many and which (positions
+        in ``rep``) were left out or down-weighted (0 / [] for ``"mean"``).
     """
-    if method == "fedpg":
-        V = aggregate_mean(rep.W)
-    else:
-        V = aggregate_consensus(rep.W, rep.Pi, rep.nu)
+    step = robust_step(method, rep.W, rep.Pi, rep.nu, aggregation)
+    V, kept = step.V, step.kept
     cres, cterm = consensus_terms(rep.W, rep.Pi, rep.nu, V)
     m = rep.metrics
     objective = float(np.sum(m["fit"] + m["l1"] + m["l21"]))
     lagr = float(np.sum(m["projection"] + m["l1"] + m["l21"] + m["lam_terms"] + cterm))
-    xnorm = float(np.sqrt(np.sum(m["x_norm2"])))
+    every = bool(kept.all())
+    # The stopping residuals over the kept clients (all of them for "mean": no copies).
+    ck = cres if every else cres[kept]
+    dres = m["data_residual"] if every else m["data_residual"][kept]
+    x2 = m["x_norm2"] if every else m["x_norm2"][kept]
+    gs = m["grad_scale"] if every else m["grad_scale"][kept]
+    nuk = rep.nu if every else rep.nu[kept]
+    xnorm = float(np.sqrt(np.sum(x2)))
     r = V.shape[1]
     record = {
         "n_clients": int(rep.W.shape[0]),
         "objective": objective,
         "augmented_lagrangian": lagr,
-        "consensus_residual": float(np.sqrt(np.sum(cres**2))),
-        "consensus_residual_rel": float(np.sqrt(np.mean(cres**2) / r)),
-        "data_residual": float(np.sqrt(np.sum(m["data_residual"] ** 2))),
-        "data_residual_rel": float(np.sqrt(np.sum(m["data_residual"] ** 2)) / max(xnorm, 1e-300)),
+        "consensus_residual": float(np.sqrt(np.sum(ck**2))),
+        "consensus_residual_rel": float(np.sqrt(np.mean(ck**2) / r)),
+        "data_residual": float(np.sqrt(np.sum(dres**2))),
+        "data_residual_rel": float(np.sqrt(np.sum(dres**2)) / max(xnorm, 1e-300)),
         "v_change": float(np.linalg.norm(V - V_prev) / np.sqrt(r)),
         # ADMM dual residual (Boyd et al. 2011, sec. 3.3) relative to the gradient scale.
         "dual_residual_rel": float(
             np.linalg.norm(V - V_prev)
-            * np.sqrt(np.sum(rep.nu**2))
-            / max(np.sqrt(np.sum(m["grad_scale"] ** 2)), 1e-300)
+            * np.sqrt(np.sum(nuk**2))
+            / max(np.sqrt(np.sum(gs**2)), 1e-300)
         ),
         "manpg_iter": float(np.mean(m["manpg_iter"])),
         "ssn_iter": float(np.sum(m["ssn_iter"])),
+        "n_downweighted": int(kept.size - np.count_nonzero(kept)),
+        "downweighted": np.flatnonzero(~kept).tolist(),
+        **step.info,
     }
     return V, record

@@ -19,9 +19,9 @@ one client: no second copy of the math.
 Importing this package needs ``flwr`` (``pip install fedep[flower]``).
 """
 
-from fedep.federation.flower.local import FaultPlan, LocalGrid, run_local
-from fedep.federation.flower.server_app import DEFAULT_RUN_CONFIG, run_federation
-from fedep.federation.rounds import FederationResult
+from __future__ import annotations
+
+import importlib
 
 __all__ = [
     "DEFAULT_RUN_CONFIG",
@@ -31,3 +31,26 @@ __all__ = [
     "run_federation",
     "run_local",
 ]
+
+# Imported on first use: a ClientApp process imports ``client_app`` through this
+# package, and must not pay for the ServerApp's imports (scikit-learn) on every message.
+_LAZY = {
+    "DEFAULT_RUN_CONFIG": "fedep.federation.flower.server_app",
+    "run_federation": "fedep.federation.flower.server_app",
+    "FaultPlan": "fedep.federation.flower.local",
+    "LocalGrid": "fedep.federation.flower.local",
+    "run_local": "fedep.federation.flower.local",
+    "FederationResult": "fedep.federation.rounds",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -4,25 +4,40 @@ Flower 1.42 runs each message in a fresh ``flwr-clientapp`` process (subprocess
 isolation), so the gateway's personalised state (records, ``W_i``, ``S_i``, ``U_i``,
 duals, Gram matrix) lives in ``context.state``, which the SuperNode keeps on the
 gateway between messages of a run and never sends to the SuperLink.
+
+Every message starts a fresh process, so this module imports only what ``moments``
+and ``train`` need (flwr, numpy, numba kernels of the cohort): scikit-learn (the
+estimator, its validation) is imported at ``setup`` and ``finalize`` only.
 """
 
 from __future__ import annotations
 
 import json
+from logging import ERROR
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.logger import log
 
 from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
 from fedep.core.stats import client_moments
-from fedep.federation.flower.protocol import arrays_of, load_gateway_data, to_array_record
+from fedep.federation.flower.protocol import (
+    GatewayDataError,
+    arrays_of,
+    load_gateway_data,
+    to_array_record,
+)
 
 __all__ = ["app", "gateway_model"]
 
 app = ClientApp()
+
+#: ``Error.code`` of a reply whose gateway cannot load its records (Flower's own codes
+#: are small integers; this one is the application's).
+DATA_ERROR_CODE = 100
 
 _DATA = "fedep.data"  # raw records (local only)
 _STD = "fedep.std"  # mean, scale, constant
@@ -69,8 +84,16 @@ def _load_cohort(context: Context, V0: np.ndarray):
 
 @app.query("moments")
 def moments(msg: Message, context: Context) -> Message:
-    """Per-feature count, mean and sum of squared deviations of the local records."""
-    X, meta = _ensure_data(context)
+    """Per-feature count, mean and sum of squared deviations of the local records.
+
+    A gateway whose records cannot be loaded replies an error whose reason is one
+    line naming the file and the problem (the server records it in ``failed``).
+    """
+    try:
+        X, meta = _ensure_data(context)
+    except GatewayDataError as exc:
+        log(ERROR, "fedep: %s", exc)
+        return Message(Error(code=DATA_ERROR_CODE, reason=str(exc)), reply_to=msg)
     m = client_moments(X)
     content = RecordDict(
         {
@@ -168,7 +191,7 @@ def finalize(msg: Message, context: Context) -> Message:
         from fedep.persistence import save_model
 
         Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
-        save_model(det, str(path))
+        save_model(det, str(path))  # atomic: the file is whole or absent
     content = RecordDict(
         {
             "metrics": MetricRecord(

@@ -27,6 +27,7 @@ from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 __all__ = [
+    "GatewayDataError",
     "arrays_of",
     "load_gateway_data",
     "message_nbytes",
@@ -57,6 +58,15 @@ def content_nbytes(content: RecordDict) -> int:
 
 
 # ---------------------------------------------------------------------- gateway data
+class GatewayDataError(ValueError):
+    """The gateway's records cannot be loaded; the message is one line naming the problem."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
 def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | None]:
     """The gateway's own training records, from its node configuration.
 
@@ -77,12 +87,35 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
         The client id used to order clients on the server (partition ids sort
         numerically).
     feature_names : list of str or None
+
+    Raises
+    ------
+    GatewayDataError
+        (a ``ValueError``) with a one-line message naming the file, dataset or node
+        config key and the problem: a missing or unreadable file, a malformed table, no
+        rows, non-finite values, a bad node config.
     """
-    cfg = dict(node_config)
+    try:
+        X, label, names = _load_gateway_data(dict(node_config))
+    except GatewayDataError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GatewayDataError(f"gateway data: {_one_line(exc)}") from exc
+    where = node_config.get("data-path") or node_config.get("dataset") or "synthetic"
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+        raise GatewayDataError(f"gateway data: {where}: no records ({X.shape[0]} rows)")
+    if not np.isfinite(X).all():
+        raise GatewayDataError(f"gateway data: {where}: non-finite values (NaN or inf)")
+    return X, label, names
+
+
+def _load_gateway_data(cfg: dict) -> tuple[np.ndarray, str, list[str] | None]:
     if "data-path" in cfg:
         from fedep.data import load_csv
 
         path = str(cfg["data-path"])
+        if not Path(path).is_file():
+            raise GatewayDataError(f"gateway data: {path}: no such file")
         tab = load_csv(
             path,
             label_column=cfg.get("label-column") or None,
@@ -92,9 +125,9 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
         label = str(cfg.get("client-label", Path(path).stem))
         return np.asarray(X, dtype=float), label, list(tab.feature_names)
     if "partition-id" not in cfg:
-        raise ValueError(
-            "node config needs data-path='file.csv' or partition-id=i num-partitions=d "
-            f"(with dataset='nsl-kdd' or synthetic-seed=s); got {sorted(cfg)}"
+        raise GatewayDataError(
+            "gateway data: node config needs data-path='file.csv' or partition-id=i "
+            f"num-partitions=d (with dataset='nsl-kdd' or synthetic-seed=s); got {sorted(cfg)}"
         )
     pid = int(cfg["partition-id"])
     label = str(cfg.get("client-label", pid))
@@ -110,7 +143,7 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
         return X, label, None
     d = int(cfg["num-partitions"])
     if not 0 <= pid < d:
-        raise ValueError(f"partition-id must be in [0, {d}); got {pid}")
+        raise GatewayDataError(f"gateway data: partition-id must be in [0, {d}); got {pid}")
     from fedep.data import load_dataset
 
     ds = load_dataset(

@@ -12,6 +12,7 @@ rounds in a row is left out of later ones.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,6 +158,13 @@ def _fail(gw: Gateways, failed: dict[int, str], phase: str) -> None:
         log(WARNING, "fedep: gateway %s failed at %s: %s", lab, phase, why)
 
 
+def _why(gw: Gateways) -> str:
+    """The recorded failures, for an error message (one line)."""
+    if not gw.failed:
+        return ""
+    return "; failed: " + "; ".join(f"gateway {lab}: {why}" for lab, why in gw.failed.items())
+
+
 def collect_moments(grid: Grid, nodes: list[int], timeout: float, min_clients: int):
     """Phase 1: every gateway's per-feature moments -> the global standardisation.
 
@@ -179,7 +187,9 @@ def collect_moments(grid: Grid, nodes: list[int], timeout: float, min_clients: i
         label_of[n]: {"moments_sent": s_b[n], "moments_received": r_b.get(n, 0)} for n in label_of
     }
     if len(order) < min_clients:
-        raise RuntimeError(f"only {len(order)} gateways answered; min-clients={min_clients}")
+        raise RuntimeError(
+            f"only {len(order)} gateways answered; min-clients={min_clients}{_why(gw)}"
+        )
     parts = []
     for lab in order:
         rep = replies[gw.node_of[lab]]
@@ -218,7 +228,9 @@ def setup_gateways(grid, gw: Gateways, est, method: str, std: dict, timeout, min
         gw.setup_bytes[gw.label_of[nid]].update(setup_sent=s_b[nid], setup_received=r_b.get(nid, 0))
     gw.order = [lab for lab in gw.order if gw.node_of[lab] in replies]
     if len(gw.order) < min_clients:
-        raise RuntimeError(f"only {len(gw.order)} gateways set up; min-clients={min_clients}")
+        raise RuntimeError(
+            f"only {len(gw.order)} gateways set up; min-clients={min_clients}{_why(gw)}"
+        )
     if not sk:
         return None
     return oneshot_merge(
@@ -397,8 +409,11 @@ def run_federation(
     res.failed = gw.failed
     path = str(cfg.get("result-path") or "")
     if path:
+        # Written beside its name and renamed: a reader sees the whole file or none.
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(res.to_json()))
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(json.dumps(res.to_json()))
+        os.replace(tmp, path)
     return res
 
 

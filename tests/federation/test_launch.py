@@ -1,0 +1,366 @@
+"""The local Flower launcher as a user runs it: ``python -m fedep.federation.flower.launch``.
+
+Bad arguments are answered in one line (exit 2) before any process starts; a gateway
+whose data is broken is reported in ``result.json["failed"]`` and fails the run (exit 1,
+0 with ``--allow-failures``); SIGTERM / SIGINT stop every process of the deployment and
+leave no partial result; the README's launcher line runs from a fresh checkout layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from fedep.federation.flower import launch  # noqa: E402
+from fedep.federation.flower.launch import UsageError, log_error  # noqa: E402
+from fedep.federation.flower.protocol import GatewayDataError, load_gateway_data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "fedep.federation.flower.launch"
+
+
+# ---------------------------------------------------------------------- helpers
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "FEDEP_DATA_DIR"}
+    env["FLWR_TELEMETRY_ENABLED"] = "0"
+    env.update(extra)
+    return env
+
+
+def _launch(args, *, cwd, env=None, timeout=120.0) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", MODULE, *map(str, args)],
+        cwd=cwd,
+        env=env or _env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _write_csv(path: Path, seed: int, rows: int = 240, n: int = 6) -> Path:
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(np.random.default_rng(0).normal(size=(n, 2)))[0]
+    X = rng.normal(size=(rows, 2)) @ basis.T * 3.0 + 0.2 * rng.normal(size=(rows, n))
+    header = ",".join(f"f{j}" for j in range(n))
+    np.savetxt(path, X, delimiter=",", header=header, comments="", fmt="%.6f")
+    return path
+
+
+def _garbage(path: Path) -> Path:
+    path.write_bytes(b"\x00\x01garbage\xff\xfe\n\x89PNG\r\n\x1a\n")
+    return path
+
+
+def _processes_of(out: Path) -> list[str]:
+    """Processes that belong to the run in ``out`` (cmdline, cwd or FLWR_HOME)."""
+    out = str(out)
+    found = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit() or int(e) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            env = Path(f"/proc/{e}/environ").read_bytes().decode(errors="replace")
+            cwd = os.readlink(f"/proc/{e}/cwd")
+        except OSError:
+            continue
+        if out in cmd or cwd == out or f"FLWR_HOME={out}/flwr-home" in env:
+            found.append(f"{e}: {cmd[:200]}")
+    return found
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def _readme_args() -> list[str]:
+    """The arguments of the README's launcher line (after the module name)."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"python -m fedep\.federation\.flower\.launch ([^`\n]+)", text)
+    assert m, "README.md has no launcher line"
+    return shlex.split(m.group(1))
+
+
+def _with(args: list[str], option: str, value) -> list[str]:
+    """``args`` with ``option``'s value replaced (added when absent)."""
+    out = list(args)
+    if option in out:
+        out[out.index(option) + 1] = str(value)
+    else:
+        out += [option, str(value)]
+    return out
+
+
+# ---------------------------------------------------------------------- bad arguments
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--gateways", "0", "--dataset", "nsl-kdd"], "--gateways must be >= 1"),
+        (["--gateways", "2", "--dataset", "nsl-kddd"], "unknown --dataset 'nsl-kddd'"),
+        (["--gateways", "2", "--csv", "nope-0.csv", "nope-1.csv"], "no such file"),
+        (["--gateways", "3", "--csv", "a.csv", "b.csv"], "one file per gateway"),
+        (["--dataset", "nsl-kdd"], "required: --gateways"),
+        (["--gateways", "2", "--dataset", "nsl-kdd", "--data-dir", "empty"], "missing nsl-kdd/"),
+    ],
+)
+def test_bad_arguments_one_line_exit_2_fast(tmp_path, args, says):
+    (tmp_path / "empty").mkdir()
+    for name in ("a.csv", "b.csv"):
+        _write_csv(tmp_path / name, 0, rows=5)
+    t0 = time.monotonic()
+    proc = _launch([*args, "--out", "run"], cwd=tmp_path, timeout=30)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 2, proc.stderr
+    assert says in _one_line_error(proc)
+    assert elapsed < 5.0, f"{elapsed:.1f} s"
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--n-components", "-1"], "'n_components' parameter of FedEP"),
+        (["--method", "pca"], "invalid choice: 'pca'"),
+        (["--rounds", "3"], "unrecognized arguments: --rounds"),  # one spelling: --n-rounds
+    ],
+)
+def test_bad_estimator_arguments_one_line_exit_2(tmp_path, extra, says):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    proc = _launch(["--gateways", 2, "--csv", *csvs, *extra, "--out", "run"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert says in _one_line_error(proc)
+    assert not (tmp_path / "run").exists()
+
+
+def test_parse_passes_estimator_options_as_run_config_keys(tmp_path):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    out = str(tmp_path / "o")
+    opts = "--n-rounds 7 --n-components 3 --tol 0 --random-state 3 --method fedpg".split()
+    a = launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--out", out, *opts])
+    rc = launch._run_config(a, a.table)
+    assert rc["method"] == "fedpg"
+    keys = ("n-rounds", "n-components", "tol", "random-state")
+    assert [rc[k] for k in keys] == [7, 3, 0.0, 3]
+    nodes = launch._node_configs(a)
+    assert [n["data-path"] for n in nodes] == [str(c) for c in csvs]
+    assert all(Path(n["model-path"]).is_absolute() for n in nodes)
+
+
+def test_data_dir_resolved_absolute_from_a_fresh_checkout(tmp_path, monkeypatch):
+    # The checkout layout: <root>/main is the working copy, <root>/shared/data the data.
+    data = tmp_path / "shared" / "data" / "nsl-kdd"
+    data.mkdir(parents=True)
+    for name in ("KDDTrain+.txt", "KDDTrain+_20Percent.txt", "KDDTest+.txt"):
+        (data / name).write_text("")
+    (tmp_path / "main").mkdir()
+    monkeypatch.chdir(tmp_path / "main")
+    monkeypatch.delenv("FEDEP_DATA_DIR", raising=False)
+    a = launch.parse(["--gateways", "2", "--dataset", "nsl-kdd", "--out", "runs/flower"])
+    nodes = launch._node_configs(a)
+    want = str((tmp_path / "shared" / "data").resolve())
+    assert [n["data-dir"] for n in nodes] == [want, want]  # absolute: gateways run elsewhere
+    assert a.out == (tmp_path / "main" / "runs" / "flower").resolve()
+    monkeypatch.setenv("FEDEP_DATA_DIR", "../shared/data")  # a relative env value too
+    a = launch.parse(["--gateways", "1", "--dataset", "nsl-kdd"])
+    assert launch._node_configs(a)[0]["data-dir"] == want
+
+
+def test_out_folder_with_an_earlier_run_is_refused_unless_overwrite(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gateway-0.fedep").write_bytes(b"old")
+    (out / "result.json").write_text("{}")
+    (out / "notes.txt").write_text("keep")
+    with pytest.raises(UsageError, match="holds an earlier run"):
+        launch._prepare_out(str(out), overwrite=False)
+    assert launch._prepare_out(str(out), overwrite=True) == out.resolve()
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert launch._prepare_out(str(out), overwrite=False) == out.resolve()  # now clean
+
+
+def test_log_error_finds_the_exception_of_a_node_log():
+    text = (
+        "\x1b[92mINFO \x1b[0m:      Received: train message\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/client_app.py", line 12, in train\n'
+        "    boom()\n"
+        "    ^^^^^^\n"
+        "ValueError: the gateway broke\n"
+        "\x1b[92mINFO \x1b[0m:      Sent reply\n"
+    )
+    assert log_error(text) == [
+        'File "/x/client_app.py", line 12, in train',
+        "ValueError: the gateway broke",
+    ]
+    assert log_error("\x1b[91mERROR \x1b[0m:   fedep: gateway data: x.csv: no such file\n") == [
+        "fedep: gateway data: x.csv: no such file"
+    ]
+    assert log_error("INFO : fine\n") == []
+
+
+# ---------------------------------------------------------------------- gateway data
+def test_gateway_data_errors_are_one_line_naming_the_file(tmp_path):
+    bad = _garbage(tmp_path / "bad.csv")
+    cases = {
+        "data-path": ({"data-path": str(bad)}, str(bad)),
+        "missing": ({"data-path": str(tmp_path / "nope.csv")}, "nope.csv: no such file"),
+        "dataset": (
+            {
+                "partition-id": 0,
+                "num-partitions": 2,
+                "dataset": "nsl-kdd",
+                "data-dir": str(tmp_path),
+            },  # fmt: skip
+            "KDDTrain+",
+        ),
+        "config": ({"foo": 1}, "node config needs data-path"),
+        "partition": ({"partition-id": 3, "num-partitions": 2}, "partition-id must be in"),
+    }
+    for name, (cfg, says) in cases.items():
+        with pytest.raises(GatewayDataError) as info:
+            load_gateway_data(cfg)
+        msg = str(info.value)
+        assert "\n" not in msg and msg.startswith("gateway data: "), (name, msg)
+        assert says in msg, (name, msg)
+
+
+def test_client_app_imports_no_scikit_learn():
+    code = (
+        "import sys, fedep.federation.flower.client_app as c; "
+        "bad = [m for m in ('sklearn', 'scipy.stats', 'fedep.params') if m in sys.modules]; "
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_broken_gateway_is_in_failed_in_process(tmp_path):
+    from fedep.federation.flower import run_local
+
+    nodes = [
+        {"data-path": str(_write_csv(tmp_path / "g0.csv", 0)), "client-label": "0"},
+        {"data-path": str(_garbage(tmp_path / "g1.csv")), "client-label": "1"},
+    ]
+    res, _ = run_local(nodes, {"n-components": 2, "n-rounds": 2, "tol": 0.0})
+    assert res.clients == ["0"] and res.finalized == ["0"]
+    (label, why), *_ = res.failed.items()
+    assert len(res.failed) == 1 and label.startswith("node ")  # no label: it never answered
+    assert why.startswith("moments: error 100: gateway data: ") and "g1.csv" in why
+
+
+# ---------------------------------------------------------------------- deployments
+@pytest.mark.slow
+def test_broken_gateway_fails_the_launcher_unless_allowed(tmp_path):
+    good = _write_csv(tmp_path / "good.csv", 0)
+    bad = _garbage(tmp_path / "bad.csv")
+    args = ["--gateways", 2, "--csv", good, bad, "--n-components", 2, "--n-rounds", 1,
+            "--tol", 0, "--round-timeout", 60, "--out", "run"]  # fmt: skip
+    proc = _launch(args, cwd=tmp_path, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    res = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert len(res["failed"]) == 1, res["failed"]
+    why = next(iter(res["failed"].values()))
+    assert "gateway data" in why and "bad.csv" in why
+    assert "bad.csv" in proc.stderr and "failed" in proc.stderr
+    assert res["finalized"] == ["0"] and (tmp_path / "run" / "gateway-0.fedep").exists()
+    assert not (tmp_path / "run" / "gateway-1.fedep").exists()
+
+    again = _launch(args, cwd=tmp_path, timeout=30)  # the folder holds that run now
+    assert again.returncode == 2 and "--overwrite" in _one_line_error(again)
+
+    (tmp_path / "run" / "gateway-1.fedep").write_bytes(b"stale model of an earlier run")
+    proc = _launch([*args, "--overwrite", "--allow-failures"], cwd=tmp_path, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "bad.csv" in proc.stderr
+    assert not (tmp_path / "run" / "gateway-1.fedep").exists()  # the stale one is gone
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["failed"]
+
+
+def _wait_for(path: Path, pattern: str, proc, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and pattern in path.read_text(errors="replace"):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError(f"{pattern!r} never appeared in {path}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, code, wait_for",
+    [
+        (signal.SIGTERM, 143, ("flwr-run.log", "fedep: round 1 objective")),  # mid-run
+        (signal.SIGINT, 130, ("supernode-1.log", "")),  # while starting
+    ],
+)
+def test_signal_stops_every_process_and_leaves_no_result(tmp_path, sig, code, wait_for):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i) for i in range(2)]
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", MODULE, "--gateways", "2", "--csv", *map(str, csvs),
+         "--n-components", "2", "--n-rounds", "500", "--tol", "0", "--out", str(out)],
+        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(out / wait_for[0], wait_for[1], proc, timeout=120)
+        assert _processes_of(out), "the deployment is not running"
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and signal.Signals(sig).name in stderr
+    time.sleep(0.2)
+    assert _processes_of(out) == []
+    assert not (out / "result.json").exists()
+    assert list(out.glob("gateway-*.fedep")) == [] and list(out.glob("*.tmp")) == []
+
+
+# ---------------------------------------------------------------------- the README line
+@pytest.mark.realdata
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["--data-dir", "FEDEP_DATA_DIR"])
+def test_readme_launcher_line_runs(tmp_path, real_data_dir, how):
+    args = _readme_args()
+    # As written, with a fresh output folder and one round (the line's own count is
+    # for users; the run is the same).
+    args = _with(_with(args, "--out", "runs/flower"), "--n-rounds", 1)
+    cwd = tmp_path / "checkout"  # no ../shared/data here: the data dir must be given
+    cwd.mkdir()
+    if how == "--data-dir":  # relative: the launcher makes it absolute for the gateways
+        env = _env()
+        args += ["--data-dir", os.path.relpath(real_data_dir, cwd)]
+    else:
+        env = _env(FEDEP_DATA_DIR=str(real_data_dir))
+    proc = _launch(args, cwd=cwd, env=env, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = cwd / "runs" / "flower"
+    res = json.loads((out / "result.json").read_text())
+    n = int(args[args.index("--gateways") + 1])
+    assert res["failed"] == {} and res["n_rounds"] == 1
+    assert res["finalized"] == [str(i) for i in range(n)]
+    assert sorted(p.name for p in out.glob("gateway-*.fedep")) == [
+        f"gateway-{i}.fedep" for i in range(n)
+    ]
+    assert _processes_of(out) == []
