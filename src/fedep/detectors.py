@@ -547,6 +547,9 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ADMM penalty (authors' default).
     local_epochs : int, default=30
         Local gradient steps per round (authors' default).
+    consensus_weights : {"uniform", "samples"}, default="uniform"
+        Server average of the clients' bases: the plain mean (the paper) or weighted
+        by each client's number of records ``N_i`` (the authors' code).
     n_rounds, tol, client_fraction, init, standardize, contamination, random_state, callback
         As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
 
@@ -563,6 +566,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         "lr": [Interval(Real, 0.0, None, closed="neither"), None],
         "rho": [Interval(Real, 0.0, None, closed="left")],
         "local_epochs": _POSITIVE_INT,
+        "consensus_weights": [StrOptions({"uniform", "samples"})],
     }
 
     def __init__(
@@ -572,6 +576,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         lr=None,
         rho=0.01,
         local_epochs=30,
+        consensus_weights="uniform",
         n_rounds=100,
         tol=1e-6,
         client_fraction=1.0,
@@ -585,6 +590,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.lr = lr
         self.rho = rho
         self.local_epochs = local_epochs
+        self.consensus_weights = consensus_weights
         self.n_rounds = n_rounds
         self.tol = tol
         self.client_fraction = client_fraction
@@ -599,6 +605,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
             lr=None if self.lr is None else float(self.lr),
             rho=float(self.rho),
             local_epochs=int(self.local_epochs),
+            consensus_weights=self.consensus_weights,
         )
         return cohort_spec("fedpg", settings)
 

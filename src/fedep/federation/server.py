@@ -61,10 +61,17 @@ def server_round(method: str, rep: RoundReport, V_prev: np.ndarray) -> tuple[np.
         Round diagnostics (sums over the answering clients).
     """
     if method == "fedpg":
-        V = aggregate_mean(rep.W)
+        # nu carries FedPG's server weights (ones, or N_i for the authors' weighting).
+        equal = np.all(rep.nu == rep.nu[0])
+        V = aggregate_mean(rep.W, None if equal else rep.nu)
+        Pi_next = rep.Pi
     else:
         V = aggregate_consensus(rep.W, rep.Pi, rep.nu)
-    cres, cterm = consensus_terms(rep.W, rep.Pi, rep.nu, V)
+        # The paper's L^{k+1} holds the multipliers after this round's dual ascent,
+        # Pi^{k+1} = Pi^k + nu (W^{k+1} - V^{k+1}): what every client computes first
+        # thing next round, and what the server can compute now.
+        Pi_next = rep.Pi + rep.nu[:, None, None] * (rep.W - V)
+    cres, cterm = consensus_terms(rep.W, Pi_next, rep.nu, V)
     m = rep.metrics
     objective = float(np.sum(m["fit"] + m["l1"] + m["l21"]))
     lagr = float(np.sum(m["projection"] + m["l1"] + m["l21"] + m["lam_terms"] + cterm))
@@ -75,7 +82,9 @@ def server_round(method: str, rep: RoundReport, V_prev: np.ndarray) -> tuple[np.
         "objective": objective,
         "augmented_lagrangian": lagr,
         "consensus_residual": float(np.sqrt(np.sum(cres**2))),
-        "consensus_residual_rel": float(np.sqrt(np.mean(cres**2) / r)),
+        # Weighted by nu_i, the clients' weights in the V-step: a client whose penalty
+        # (and so whose say in V) is small cannot hold the stopping test hostage.
+        "consensus_residual_rel": float(np.sqrt(np.sum(rep.nu * cres**2) / np.sum(rep.nu) / r)),
         "data_residual": float(np.sqrt(np.sum(m["data_residual"] ** 2))),
         "data_residual_rel": float(np.sqrt(np.sum(m["data_residual"] ** 2)) / max(xnorm, 1e-300)),
         "v_change": float(np.linalg.norm(V - V_prev) / np.sqrt(r)),
