@@ -657,6 +657,9 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ADMM penalty (authors' default).
     local_epochs : int, default=30
         Local gradient steps per round (authors' default).
+    consensus_weights : {"uniform", "samples"}, default="uniform"
+        Server average of the clients' bases: the plain mean (the paper) or weighted
+        by each client's number of records ``N_i`` (the authors' code).
     aggregation : {"mean", "median", "trimmed"}, default="mean"
         Server step: ``"mean"`` averages the clients' bases (the authors' rule);
         ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
@@ -680,6 +683,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         "lr": [Interval(Real, 0.0, None, closed="neither"), None],
         "rho": [Interval(Real, 0.0, None, closed="left")],
         "local_epochs": _POSITIVE_INT,
+        "consensus_weights": [StrOptions({"uniform", "samples"})],
         "aggregation": [StrOptions({"mean", "median", "trimmed"})],
     }
 
@@ -690,6 +694,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         lr=None,
         rho=0.01,
         local_epochs=30,
+        consensus_weights="uniform",
         aggregation="mean",
         n_rounds=100,
         tol=1e-6,
@@ -705,6 +710,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.lr = lr
         self.rho = rho
         self.local_epochs = local_epochs
+        self.consensus_weights = consensus_weights
         self.aggregation = aggregation
         self.n_rounds = n_rounds
         self.tol = tol
@@ -721,6 +727,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
             lr=None if self.lr is None else float(self.lr),
             rho=float(self.rho),
             local_epochs=int(self.local_epochs),
+            consensus_weights=self.consensus_weights,
         )
         return cohort_spec("fedpg", settings)
 

@@ -138,9 +138,14 @@ def test_mean_is_the_exact_v_step_bit_for_bit():
     assert np.array_equal(V, aggregate_consensus(rep.W, rep.Pi, rep.nu))
     assert np.array_equal(server_round("fedep", rep, np.zeros((7, 2)))[0], V)
     assert rec["n_downweighted"] == 0 and rec["downweighted"] == []
+    # FedPG reports carry its server weights as nu: ones give the plain mean.
+    Vpg, _ = server_round("fedpg", rep, np.zeros((7, 2)), "mean")
+    assert np.array_equal(Vpg, aggregate_mean(rep.W, rep.nu))
+    rep.nu = np.ones_like(rep.nu)
     Vpg, _ = server_round("fedpg", rep, np.zeros((7, 2)), "mean")
     assert np.array_equal(Vpg, aggregate_mean(rep.W))
     # The V-step is the nu-weighted mean of the proposals Z_i = W_i + Pi_i / nu_i.
+    rep = _report()
     Z, w = proposals("fedep", rep.W, rep.Pi, rep.nu)
     np.testing.assert_allclose(np.tensordot(w / w.sum(), Z, axes=1), V, atol=1e-14)
 

@@ -133,7 +133,9 @@ def test_synthetic_federation_recovery_and_residuals(federation):
     last = res.history[-1]
     assert last["consensus_residual_rel"] <= tol and last["data_residual_rel"] <= tol
     V_fedep = polar(res.V)
-    pg = FedPGCohort(blocks, V0, FedPGSettings(lr=None, rho=0.01, local_epochs=30))
+    pg = FedPGCohort(
+        blocks, V0, FedPGSettings(lr=None, rho=0.01, local_epochs=30, consensus_weights="uniform")
+    )
     V_fedpg = polar(run_rounds(pg, "fedpg", V0, n_rounds=100, tol=0).V)
     V_pca = pooled_pca(np.vstack(blocks), 5)
     d_ep = projector_distance(V_fedep, D.basis)

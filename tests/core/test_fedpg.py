@@ -22,7 +22,11 @@ def test_compiled_local_epochs_match_numpy_reference():
     runs = {}
     for kernel in ("numpy", "numba"):
         coh = FedPGCohort(
-            blocks, V0, FedPGSettings(lr=None, rho=0.01, local_epochs=7, kernel=kernel)
+            blocks,
+            V0,
+            FedPGSettings(
+                lr=None, rho=0.01, local_epochs=7, consensus_weights="uniform", kernel=kernel
+            ),
         )
         V = V0
         for k in range(5):
@@ -40,7 +44,13 @@ def test_compiled_local_epochs_match_numpy_reference():
 def test_one_client_converges_to_its_top_subspace(kernel):
     X = np.random.default_rng(2).standard_normal((200, 8)) * 0.7 ** np.arange(8)
     V = random_stiefel(8, 2, np.random.default_rng(3))
-    coh = FedPGCohort([X], V, FedPGSettings(lr=None, rho=0.01, local_epochs=30, kernel=kernel))
+    coh = FedPGCohort(
+        [X],
+        V,
+        FedPGSettings(
+            lr=None, rho=0.01, local_epochs=30, consensus_weights="uniform", kernel=kernel
+        ),
+    )
     for _ in range(300):
         V, _ = server_round("fedpg", coh.local_round(V), V)
     top = np.linalg.svd(X, full_matrices=False)[2][:2].T

@@ -55,8 +55,12 @@ def test_server_round_is_the_exact_v_minimiser_and_merge_is_concatenation():
     assert rec["n_clients"] == 5
     np.testing.assert_allclose(rec["objective"], np.sum(rep.metrics["fit"] + rep.metrics["l1"]
                                + rep.metrics["l21"]))  # fmt: skip
+    # FedPG: the reports' nu are its server weights (N_i, or ones for the plain mean).
     Vpg, _ = server_round("fedpg", rep, np.zeros((N, R)))
-    np.testing.assert_allclose(Vpg, rep.W.mean(0))
+    np.testing.assert_allclose(Vpg, np.tensordot(rep.nu / rep.nu.sum(), rep.W, axes=1))
+    rep.nu = np.ones(5)
+    Vpg, _ = server_round("fedpg", rep, np.zeros((N, R)))
+    np.testing.assert_array_equal(Vpg, rep.W.mean(0))
 
 
 @pytest.fixture(autouse=True)

@@ -369,7 +369,11 @@ def robust_step(
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}; got {aggregation!r}")
     all_kept = np.ones(k, dtype=bool)
     if aggregation == "mean":
-        V = aggregate_mean(W) if method == "fedpg" else aggregate_consensus(W, Pi, nu)
+        if method == "fedpg":
+            # FedPG's reports carry its server weights as nu (ones, or N_i).
+            V = aggregate_mean(W, None if np.all(nu == nu[0]) else nu)
+        else:
+            V = aggregate_consensus(W, Pi, nu)
         return RobustStep(V, all_kept, {})
     Z, w = proposals(method, W, Pi, nu)
     if aggregation == "trimmed":

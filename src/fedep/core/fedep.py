@@ -88,6 +88,10 @@ def _blas_controller() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+#: Floor of the curvature weight per record (``nu_i >= nu * CURVATURE_FLOOR * N_i``).
+CURVATURE_FLOOR = 1e-2
+
+
 @dataclass(frozen=True)
 class FedEPSettings:
     """Numerical settings of FedEP (validated by the estimator, not here).
@@ -214,7 +218,12 @@ class FedEPCohort:
         weights = settings.consensus_weights
         if weights == "auto":
             weights = "curvature" if relative else "uniform"
-        scale = {"curvature": self.lmax, "samples": self.sizes, "uniform": np.ones(self.d)}
+        # The curvature has a floor of CURVATURE_FLOOR per record: on globally
+        # standardised data an average record carries energy n_features, so a client
+        # below the floor is near-constant (quiet) traffic. Without it, such a
+        # client's nu_i ~ 0: its basis never moves toward V and ADMM never settles.
+        curvature = np.maximum(self.lmax, CURVATURE_FLOOR * self.sizes)
+        scale = {"curvature": curvature, "samples": self.sizes, "uniform": np.ones(self.d)}
         if weights not in scale:
             raise ValueError(
                 "consensus_weights must be 'auto', 'curvature', 'samples' or 'uniform'; "

@@ -36,6 +36,10 @@ class FedPGSettings:
 
     No defaults for the model's parameters: :class:`fedep.FedPG` owns them.
 
+    ``consensus_weights`` is the server's average: ``"uniform"`` (the plain mean of
+    the ``W_i``, as the paper describes) or ``"samples"`` (weighted by ``N_i``, as
+    the authors' code does). The cohort reports the weights as ``nu``.
+
     ``lr=None`` gives each client the step ``N_i / (2 ||X_i||_2^2 + rho)``, the inverse
     Lipschitz constant of its normalised local gradient: the largest step that is
     safe without tuning (the authors' fixed 1e-4 barely moves on standardised data).
@@ -48,6 +52,7 @@ class FedPGSettings:
     lr: float | None
     rho: float
     local_epochs: int
+    consensus_weights: str
     kernel: str = "auto"
 
 
@@ -131,4 +136,5 @@ class FedPGCohort:
             "x_norm2": self.trX[idx],
             "grad_scale": np.linalg.norm(C @ W, axis=(-2, -1)),
         }
-        return RoundReport(W=W.copy(), Pi=Y.copy(), nu=np.ones(idx.size), metrics=metrics)
+        weights = self.sizes[idx] if s.consensus_weights == "samples" else np.ones(idx.size)
+        return RoundReport(W=W.copy(), Pi=Y.copy(), nu=weights, metrics=metrics)

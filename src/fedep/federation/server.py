@@ -73,7 +73,12 @@ def server_round(
     """
     step = robust_step(method, rep.W, rep.Pi, rep.nu, aggregation)
     V, kept = step.V, step.kept
-    cres, cterm = consensus_terms(rep.W, rep.Pi, rep.nu, V)
+    # The paper's L^{k+1} holds the multipliers after this round's dual ascent,
+    # Pi^{k+1} = Pi^k + nu (W^{k+1} - V^{k+1}): what every client computes first thing
+    # next round, and what the server can compute now. (FedPG's duals are not in the
+    # recorded Lagrangian's sense; its reports carry them as they are.)
+    Pi_next = rep.Pi if method == "fedpg" else rep.Pi + rep.nu[:, None, None] * (rep.W - V)
+    cres, cterm = consensus_terms(rep.W, Pi_next, rep.nu, V)
     m = rep.metrics
     objective = float(np.sum(m["fit"] + m["l1"] + m["l21"]))
     lagr = float(np.sum(m["projection"] + m["l1"] + m["l21"] + m["lam_terms"] + cterm))
@@ -91,7 +96,9 @@ def server_round(
         "objective": objective,
         "augmented_lagrangian": lagr,
         "consensus_residual": float(np.sqrt(np.sum(ck**2))),
-        "consensus_residual_rel": float(np.sqrt(np.mean(ck**2) / r)),
+        # Weighted by nu_i, the clients' weights in the V-step: a client whose penalty
+        # (and so whose say in V) is small cannot hold the stopping test hostage.
+        "consensus_residual_rel": float(np.sqrt(np.sum(nuk * ck**2) / np.sum(nuk) / r)),
         "data_residual": float(np.sqrt(np.sum(dres**2))),
         "data_residual_rel": float(np.sqrt(np.sum(dres**2)) / max(xnorm, 1e-300)),
         "v_change": float(np.linalg.norm(V - V_prev) / np.sqrt(r)),
