@@ -215,10 +215,43 @@ def check_output_file(path, option: str) -> Path:
     return out
 
 
-def load_model(path):
+def add_model_options(p) -> None:
+    """``--model`` and the options that authenticate it (shared by score and evaluate)."""
+    p.add_argument("--model", required=True, help="model file from `fedep fit`")
+    p.add_argument(
+        "--verify-key",
+        metavar="KEY",
+        help="verify the model's signature: an Ed25519 public key PEM file, or a shared "
+        "secret as hmac:SECRET or @FILE (the file's bytes); an unsigned or altered model "
+        "is refused",
+    )
+
+
+def signing_key(text: str | None):
+    """A key option as :mod:`fedep.modelfile` takes it: a PEM path, ``hmac:...`` or bytes.
+
+    ``@FILE`` reads a shared secret from a file (keeps it out of the process list).
+    """
+    if text is None:
+        return None
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise FileNotFoundError(f"key file {str(path)!r} does not exist")
+        return path.read_bytes().strip()
+    if text.startswith("hmac:"):
+        return text
+    path = Path(text)
+    if not path.is_file():
+        raise FileNotFoundError(f"key file {str(path)!r} does not exist")
+    return str(path)
+
+
+def load_model(path, verify_key: str | None = None):
     import fedep
 
-    return fedep.load(path)
+    key = signing_key(verify_key)
+    return fedep.load(path, verify_key=key, require_signature=key is not None)
 
 
 def required_columns(det) -> list[str]:

@@ -12,6 +12,7 @@ import numpy as np
 from fedep.cli._common import (
     UsageError,
     add_data_source,
+    add_model_options,
     check_dataset,
     load_model,
     model_features,
@@ -25,7 +26,7 @@ def register(sub) -> None:
         description="Acc, Pre, Rec, FNR, FPR, F1, ROC AUC, PR AUC and per-attack-class "
         "recall at the model's threshold (learnt from training data).",
     )
-    p.add_argument("--model", required=True, help="model file from `fedep fit`")
+    add_model_options(p)
     add_data_source(p, test=True)
     p.add_argument(
         "--category-column",
@@ -116,7 +117,7 @@ def cmd_evaluate(args) -> int:
     from fedep._json import jsonable
     from fedep.evaluation.evaluate import evaluate_fitted
 
-    det = load_model(args.model)
+    det = load_model(args.model, args.verify_key)
     names = model_features(det, args.model)
     X, y, cats, groups, source = test_data(args, names, det)
     if groups is not None and det.clients_.dtype.kind in "iu":

@@ -36,6 +36,7 @@ from fedep.cli._common import (
     add_data_source,
     check_output_file,
     info,
+    signing_key,
 )
 
 PROTOCOLS = ("clean", "contaminated")
@@ -63,6 +64,12 @@ def register(sub) -> None:
     )
     p.add_argument("--method", choices=METHODS, default="fedep", help="default: fedep")
     p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
+    p.add_argument(
+        "--sign-key",
+        metavar="KEY",
+        help="sign the model file: an Ed25519 private key PEM file, or a shared secret as "
+        "hmac:SECRET or @FILE (`fedep score --verify-key` then refuses altered files)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     g = p.add_argument_group("feature pipeline (with --features auto, the default)")
     for opt, what in (
@@ -136,6 +143,7 @@ def cmd_fit(args) -> int:
     from fedep.cli.training import load_training
 
     out = check_output_file(args.out, "--out")
+    key = signing_key(args.sign_key)  # a missing key file is found before training
     det = build_estimator(args)  # before any data is read
     t0 = time.perf_counter()
     data = load_training(args, args.protocol, seed=partition_seed(det))
@@ -170,7 +178,7 @@ def cmd_fit(args) -> int:
             progress.close()
             det.set_params(callback=None)
     t_fit = time.perf_counter() - t1
-    fedep.save(det, out)
+    fedep.save(det, out, sign_key=key)
     pipe = getattr(det, "features_", None)
     if pipe is not None and not args.quiet:
         from fedep.features import format_decisions

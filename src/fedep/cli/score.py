@@ -25,6 +25,7 @@ import numpy as np
 
 from fedep.cli._common import (
     UsageError,
+    add_model_options,
     add_read_options,
     check_columns,
     check_output_file,
@@ -48,7 +49,7 @@ def register(sub) -> None:
         description="Append anomaly_score, is_anomaly and top_features to every row of a "
         "flow-record file (any supported format), streaming it in chunks; the output is CSV.",
     )
-    p.add_argument("--model", required=True, help="model file from `fedep fit`")
+    add_model_options(p)
     p.add_argument(
         "--input",
         required=True,
@@ -154,7 +155,7 @@ def cmd_score(args) -> int:
     dst = check_output_file(args.output, "--output")
     if dst.exists() and dst.resolve() == src.resolve():
         raise UsageError("--output must differ from --input")
-    det = load_model(args.model)
+    det = load_model(args.model, args.verify_key)
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
     stream = streams_as_csv(src, args)
