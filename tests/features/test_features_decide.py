@@ -113,7 +113,9 @@ def test_vocabulary_is_top_k_by_global_count():
 
 def test_user_overrides_win():
     df = _table()
-    s = summarize_columns(df)
+    # Columns forced categorical send their values (a port column otherwise does not).
+    assert summarize_columns(df).columns["dst_port"].top == {}
+    s = summarize_columns(df, categorical=["dst_port", "bit"])
     dec = {
         d.name: d
         for d in decide_columns(

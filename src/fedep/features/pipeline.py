@@ -189,6 +189,9 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             _as_frame(X),
             max_categories=max(64, int(self.max_categories)),
             sketch_size=int(self.sketch_size),
+            categorical=[self.categorical]
+            if isinstance(self.categorical, str)
+            else list(self.categorical or ()),
         )
 
     def fit_from_summaries(self, summaries: Sequence[ColumnSummaries]) -> FeaturePipeline:

@@ -505,7 +505,9 @@ def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray) -> None:
     cs.sketch.add(v, c)
 
 
-def _summarize_one(name: str, s: pd.Series, keep: int, sketch_size: int) -> ColumnSummary:
+def _summarize_one(
+    name: str, s: pd.Series, keep: int, sketch_size: int, forced: bool = False
+) -> ColumnSummary:
     fam = column_family(s)
     cs = ColumnSummary(name=name, families=(fam,), n_rows=len(s))
     cs.sketch = LogHistogram(sketch_size)
@@ -550,7 +552,36 @@ def _summarize_one(name: str, s: pd.Series, keep: int, sketch_size: int) -> Colu
     cs.other_count = int(cnt.sum()) - sum(cs.top.values())
     cs.truncated = len(order) > keep
     cs.distinct = KMV.of([str(u) for u in uniq])
+    if not forced and _withhold_values(name, cs, fam):
+        # What leaves the gateway must not list its addresses, uids, timestamps or
+        # other identifying values: the counts and flags above decide such a column.
+        cs.other_count += sum(cs.top.values())
+        cs.top = {}
+        cs.truncated = True
     return cs
+
+
+def _withhold_values(name: str, cs: ColumnSummary, fam: str) -> bool:
+    """Whether a column's top values stay on the gateway (identifying or not needed).
+
+    Withheld: columns named like addresses, identifiers, ports, timestamps or labels;
+    text mostly made of addresses, uid-like tokens or date-times; columns whose values
+    are mostly distinct (identifiers, free text, counts); and numeric columns with more
+    distinct values than a vocabulary would keep (their decision needs only the
+    moments and the sketch). Low-cardinality codes and categories are sent, since a
+    one-hot vocabulary is made of them.
+    """
+    from fedep.features.decide import name_hint  # decide imports this module
+
+    if name_hint(name) in ("address", "identifier", "port", "timestamp", "label"):
+        return True
+    present = max(cs.n_present, 1)
+    if max(cs.n_address, cs.n_uid, cs.n_time) >= 0.9 * present:
+        return True
+    distinct = cs.n_distinct
+    if cs.n_nonnull >= 20 and distinct >= 0.5 * cs.n_nonnull:
+        return True
+    return fam in ("numeric", "bool") and distinct > len(cs.top)
 
 
 def summarize_columns(
@@ -558,8 +589,13 @@ def summarize_columns(
     *,
     max_categories: int = 64,
     sketch_size: int = DEFAULT_SKETCH_SIZE,
+    categorical: Iterable[str] = (),
 ) -> ColumnSummaries:
     """Summarise every column of ONE gateway's records.
+
+    Top values of identifying columns (addresses, uids, timestamps, mostly-distinct
+    values) stay on the gateway (see :func:`_withhold_values`), except for the columns
+    in ``categorical``, whose vocabulary the user asked for.
 
     Parameters
     ----------
@@ -571,6 +607,8 @@ def summarize_columns(
     sketch_size : int, default=32
         Quantile-sketch bins per decade (relative error 3.6 % at 32; see
         :class:`LogHistogram`). Every gateway of a federation must use the same value.
+    categorical : iterable of str, default=()
+        Columns forced categorical: their top values are always sent.
 
     Returns
     -------
@@ -583,8 +621,10 @@ def summarize_columns(
     if dup:
         raise FeatureError(f"duplicate column names: {', '.join(map(repr, dup))}")
     keep = 4 * int(max_categories)
+    forced = {str(c) for c in categorical}
     cols = {
-        n: _summarize_one(n, df.iloc[:, j], keep, int(sketch_size)) for j, n in enumerate(names)
+        n: _summarize_one(n, df.iloc[:, j], keep, int(sketch_size), n in forced)
+        for j, n in enumerate(names)
     }
     return ColumnSummaries(len(df), cols, 1, int(max_categories), int(sketch_size))
 

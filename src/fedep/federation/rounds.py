@@ -94,6 +94,9 @@ class FederationResult:
         Gateways that wrote their personalised model (Flower).
     failed : dict of str -> str
         Every gateway that failed at some phase, and why (Flower).
+    features : dict or None
+        The federated feature pipeline (``FeaturePipeline.to_dict()``) when the run
+        fitted one (Flower, gateways holding raw tables).
     """
 
     V: np.ndarray
@@ -107,6 +110,7 @@ class FederationResult:
     setup_bytes: dict = field(default_factory=dict)
     finalized: list[str] = field(default_factory=list)
     failed: dict = field(default_factory=dict)
+    features: dict | None = None
 
     _ARRAYS = ("V", "components", "mean", "scale")
 

@@ -7,7 +7,13 @@ gateway between messages of a run and never sends to the SuperLink.
 
 Every message starts a fresh process, so this module imports only what ``moments``
 and ``train`` need (flwr, numpy, numba kernels of the cohort): scikit-learn (the
-estimator, its validation) is imported at ``setup`` and ``finalize`` only.
+estimator, its validation, the feature pipeline) is imported at ``setup``,
+``finalize`` and the feature phases of a gateway holding a raw table only.
+
+A gateway holding a raw table (``data-path``) in a run with ``features = "auto"``
+never stores it in ``context.state``: it reads its own file at each feature phase
+(``query.summaries``, ``query.feature_moments``, the second ``query.moments``) and
+keeps the transformed matrix, with the fitted pipeline, for the phases that follow.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from fedep.core.stats import client_moments
 from fedep.federation.flower.protocol import (
     GatewayDataError,
     arrays_of,
+    holds_table,
     load_gateway_data,
+    load_gateway_table,
     to_array_record,
 )
 
@@ -42,7 +50,7 @@ DATA_ERROR_CODE = 100
 _DATA = "fedep.data"  # raw records (local only)
 _STD = "fedep.std"  # mean, scale, constant
 _COHORT = "fedep.cohort"  # the cohort's state_arrays()
-_META = "fedep.meta"  # label, feature names, method, parameters, cohort spec
+_META = "fedep.meta"  # label, feature names, pipeline, method, parameters, cohort spec
 
 
 def _meta(context: Context) -> dict:
@@ -82,24 +90,127 @@ def _load_cohort(context: Context, V0: np.ndarray):
     return cohort
 
 
-@app.query("moments")
-def moments(msg: Message, context: Context) -> Message:
-    """Per-feature count, mean and sum of squared deviations of the local records.
+def _data_error(msg: Message, exc: ValueError, context: Context | None = None) -> Message:
+    """An error reply whose reason is one line naming the gateway's file and the problem
+    (a :class:`GatewayDataError`, or a value the feature pipeline cannot encode)."""
+    if not isinstance(exc, GatewayDataError):
+        where = context.node_config.get("data-path", "") if context is not None else ""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        exc = GatewayDataError(f"gateway data: {where}: {text}")
+    log(ERROR, "fedep: %s", exc)
+    return Message(Error(code=DATA_ERROR_CODE, reason=str(exc)), reply_to=msg)
 
-    A gateway whose records cannot be loaded replies an error whose reason is one
-    line naming the file and the problem (the server records it in ``failed``).
-    """
-    try:
-        X, meta = _ensure_data(context)
-    except GatewayDataError as exc:
-        log(ERROR, "fedep: %s", exc)
-        return Message(Error(code=DATA_ERROR_CODE, reason=str(exc)), reply_to=msg)
+
+def _json_of(msg: Message, key: str) -> dict:
+    rec = msg.content.config_records.get(key)
+    return {} if rec is None else json.loads(str(rec["json"]))
+
+
+def _table(context: Context, columns=None):
+    """The gateway's raw table (read from its own file), with the columns ``columns``
+    (the pipeline's input columns) that it lacks added as missing values."""
+    import pandas as pd
+
+    df, label = load_gateway_table(context.node_config)
+    if columns is not None:
+        extra = [c for c in columns if c not in df.columns]
+        if extra:
+            nan = pd.DataFrame(np.nan, index=df.index, columns=extra)
+            df = pd.concat([df, nan], axis=1)
+    return df, label
+
+
+def _pipeline(data: dict):
+    from fedep.features import FeaturePipeline
+
+    return FeaturePipeline.from_dict(data)
+
+
+def _moments_reply(msg: Message, X: np.ndarray, label: str) -> Message:
     m = client_moments(X)
     content = RecordDict(
         {
             "moments": to_array_record(mean=m.mean, m2=m.m2),
             "count": MetricRecord({"count": int(m.count), "n-features": int(X.shape[1])}),
-            "client": ConfigRecord({"label": meta["label"]}),
+            "client": ConfigRecord({"label": label}),
+        }
+    )
+    return Message(content, reply_to=msg)
+
+
+@app.query("moments")
+def moments(msg: Message, context: Context) -> Message:
+    """Per-feature count, mean and sum of squared deviations of the local records.
+
+    With ``features`` ``{"mode": "auto"}`` a gateway holding a raw table checks it and
+    replies ``source`` = ``table`` (its features need the pipeline first); with
+    ``{"mode": "pipeline", "pipeline": ...}`` it transforms its table by that fitted
+    pipeline, keeps the result and replies its moments.
+
+    A gateway whose records cannot be loaded replies an error whose reason is one
+    line naming the file and the problem (the server records it in ``failed``).
+    """
+    feats = _json_of(msg, "features")
+    mode = feats.get("mode", "numeric")
+    try:
+        if mode == "pipeline":
+            pipe = _pipeline(feats["pipeline"])
+            df, label = _table(context, pipe.feature_names_in_.tolist())
+            X = pipe.transform(df)
+            context.state[_DATA] = to_array_record(X=X)
+            meta = {"label": label, "feature_names": None, "features": feats["pipeline"]}
+            _set_meta(context, meta)
+            return _moments_reply(msg, X, label)
+        if mode == "auto" and holds_table(context.node_config):
+            df, label = load_gateway_table(context.node_config)
+            _set_meta(context, {"label": label, "feature_names": None})
+            content = RecordDict(
+                {
+                    "client": ConfigRecord({"label": label}),
+                    "source": ConfigRecord({"kind": "table", "n-columns": int(df.shape[1])}),
+                }
+            )
+            return Message(content, reply_to=msg)
+        X, meta = _ensure_data(context)
+    except ValueError as exc:  # GatewayDataError, or a value the pipeline cannot encode
+        return _data_error(msg, exc, context)
+    return _moments_reply(msg, X, meta["label"])
+
+
+@app.query("summaries")
+def summaries(msg: Message, context: Context) -> Message:
+    """Round 1 of the feature pipeline: the column summaries of the raw table (JSON)."""
+    from fedep.features import FeaturePipeline
+
+    params = _json_of(msg, "pipeline").get("params", {})
+    try:
+        df, label = _table(context)
+        summary = FeaturePipeline(**params).summarize(df)
+    except ValueError as exc:
+        return _data_error(msg, exc, context)
+    content = RecordDict(
+        {
+            "summary": ConfigRecord({"json": json.dumps(summary.to_dict())}),
+            "client": ConfigRecord({"label": label}),
+        }
+    )
+    return Message(content, reply_to=msg)
+
+
+@app.query("feature_moments")
+def feature_moments(msg: Message, context: Context) -> Message:
+    """Round 2 of the feature pipeline: moments of the table's encoded features."""
+    pipe = _pipeline(_json_of(msg, "pipeline"))
+    try:
+        df, label = _table(context, pipe.feature_names_in_.tolist())
+        m = pipe.gateway_moments(df)
+    except ValueError as exc:
+        return _data_error(msg, exc, context)
+    content = RecordDict(
+        {
+            "moments": to_array_record(mean=m.mean, m2=m.m2),
+            "count": MetricRecord({"count": int(m.count)}),
+            "client": ConfigRecord({"label": label}),
         }
     )
     return Message(content, reply_to=msg)
@@ -144,7 +255,8 @@ def train(msg: Message, context: Context) -> Message:
 
 
 def gateway_model(context: Context, components: np.ndarray, final: dict):
-    """The gateway's fitted detector: global basis + its personalised basis.
+    """The gateway's fitted detector: global basis + its personalised basis (and the
+    run's feature pipeline, ``features_``, when the gateway's table went through one).
 
     Fitted by the estimator's own ``_set_fitted`` and ``_process_decision_scores``:
     ``threshold_`` (global basis) and ``client_thresholds_`` (personal basis) come
@@ -159,6 +271,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     block = _block(context)
     W = _load_cohort(context, final["V"]).state_arrays()["W"][0]
     label = meta["label"]
+    pipe = _pipeline(meta["features"]) if meta.get("features") else None
     det._set_fitted(
         components=components,
         client_components=W.T[None],
@@ -167,6 +280,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         scale=std["scale"],
         constant_features=std["constant"].astype(bool),
         feature_names=meta.get("feature_names") or None,
+        features=pipe,
     )
     det._process_decision_scores(block, [block])
     res = FederationResult(

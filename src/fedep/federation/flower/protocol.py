@@ -5,6 +5,19 @@ Message types (ServerApp -> ClientApp), in order:
 ``query.moments``
     reply: ``ArrayRecord`` ``mean``, ``m2`` (n,), ``MetricRecord`` ``count``,
     ``ConfigRecord`` ``label`` (the gateway's client id) -- per-feature statistics only.
+    With ``features = "auto"`` the message carries ``features`` (``{"mode": "auto"}``); a
+    gateway holding a raw table (``data-path``) then checks its table and replies
+    ``source`` (``kind = "table"``) and its label instead of moments: its features come
+    from a :class:`~fedep.features.FeaturePipeline` fitted in the two phases below,
+    after which the server asks ``query.moments`` again with ``{"mode": "pipeline",
+    "pipeline": <FeaturePipeline.to_dict()>}`` and the gateway replies the moments of
+    its transformed table (which it keeps, with the pipeline, for the later phases).
+``query.summaries`` (tables only)
+    reply: ``ConfigRecord`` ``summary``: ``FeaturePipeline.summarize(frame).to_dict()``
+    as JSON -- column summaries (counts, moments, sketches, top categories), no record.
+``query.feature_moments`` (tables only)
+    content: the pipeline with its column decisions (``to_dict()`` JSON); reply:
+    ``mean``, ``m2`` (n_out,) and ``count`` of the gateway's encoded features.
 ``train.setup``
     content: ``mean``, ``scale`` (n,), the estimator settings; reply: the client's sketch
     ``(n, k)`` when ``init = "oneshot"``, else an acknowledgement.
@@ -13,7 +26,7 @@ Message types (ServerApp -> ClientApp), in order:
     (1,) and the scalar metrics of :meth:`FedEPCohort.local_round`.
 ``evaluate.finalize``
     content: the final consensus and the run's history; the gateway writes its
-    personalised model file and replies with two thresholds.
+    personalised model file (with its feature pipeline) and replies with two thresholds.
 
 No message carries a record or any array with one entry per record.
 """
@@ -29,7 +42,9 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 __all__ = [
     "GatewayDataError",
     "arrays_of",
+    "holds_table",
     "load_gateway_data",
+    "load_gateway_table",
     "message_nbytes",
     "to_array_record",
 ]
@@ -109,6 +124,85 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
     return X, label, names
 
 
+def holds_table(node_config: dict) -> bool:
+    """Whether the gateway's records are a raw table (``data-path``) rather than a numeric
+    source (a dataset partition, a synthetic gateway)."""
+    return "data-path" in node_config
+
+
+def _table_label(cfg: dict, path: str) -> str:
+    from fedep.data.readers import gateway_id
+
+    return str(cfg.get("client-label", gateway_id(path)))
+
+
+def load_gateway_table(node_config: dict):
+    """The gateway's raw training table (``data-path``), for the feature pipeline.
+
+    The file is read by :func:`fedep.data.read_table` (CSV/TSV, Zeek TSV or JSON logs,
+    Parquet, Arrow; node config ``format``, ``delimiter`` and ``infinity`` as its
+    options). With ``label-column`` the rows labelled as attacks are dropped (labels 0/1,
+    or every value but ``normal-label``) and the column is removed: it is never a
+    feature. The table stays on the gateway.
+
+    Returns
+    -------
+    frame : DataFrame of shape (n_rows, n_columns)
+        Index ``0 .. n_rows-1``.
+    label : str
+        The client id (``client-label``, default the file name without its suffixes).
+
+    Raises
+    ------
+    GatewayDataError
+        One line naming the file and the problem (missing or unreadable file, no rows,
+        a bad label column, a file that is not a table).
+    """
+    cfg = dict(node_config)
+    path = str(cfg.get("data-path", ""))
+    try:
+        df = _load_gateway_table(cfg, path)
+    except GatewayDataError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GatewayDataError(f"gateway data: {_one_line(exc)}") from exc
+    if df.shape[0] == 0 or df.shape[1] == 0:
+        raise GatewayDataError(
+            f"gateway data: {path}: no records ({df.shape[0]} rows, {df.shape[1]} columns)"
+        )
+    return df, _table_label(cfg, path)
+
+
+def _load_gateway_table(cfg: dict, path: str):
+    from fedep.data.readers import read_table
+
+    if not Path(path).is_file():
+        raise GatewayDataError(f"gateway data: {path}: no such file")
+    kw = {k.replace("-", "_"): str(cfg[k]) for k in ("format", "delimiter", "infinity") if k in cfg}
+    df = read_table(path, **kw)
+    # A binary file read as text gives control characters in the header: not a table.
+    bad = [c for c in map(str, df.columns) if any(ord(ch) < 32 for ch in c)]
+    if bad:
+        raise GatewayDataError(
+            f"gateway data: {path}: not a flow table (control characters in column {bad[0]!r})"
+        )
+    col = cfg.get("label-column") or None
+    if "normal-label" in cfg and col is None:
+        raise GatewayDataError(f"gateway data: {path}: normal-label needs label-column")
+    if col is not None:
+        col = str(col)
+        if col not in df.columns:
+            raise GatewayDataError(
+                f"gateway data: {path}: label-column {col!r} is not a column "
+                f"(columns: {[str(c) for c in df.columns]})"
+            )
+        from fedep.cli.training import labels_of
+
+        y = labels_of(df[col], cfg.get("normal-label"), path, col)
+        df = df.loc[y == 0].drop(columns=[col]).reset_index(drop=True)
+    return df
+
+
 def _load_gateway_data(cfg: dict) -> tuple[np.ndarray, str, list[str] | None]:
     if "data-path" in cfg:
         from fedep.data import load_csv
@@ -122,7 +216,7 @@ def _load_gateway_data(cfg: dict) -> tuple[np.ndarray, str, list[str] | None]:
             normal_label=cfg.get("normal-label") if "normal-label" in cfg else None,
         )
         X = tab.X if tab.y is None else tab.X[tab.y == 0]
-        label = str(cfg.get("client-label", Path(path).stem))
+        label = _table_label(cfg, path)
         return np.asarray(X, dtype=float), label, list(tab.feature_names)
     if "partition-id" not in cfg:
         raise GatewayDataError(

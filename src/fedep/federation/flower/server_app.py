@@ -7,6 +7,14 @@ rest in client-label order -- the order of the in-process cohort -- so that both
 runners give the same basis. A round with fewer than ``min-clients`` valid replies ends
 the run (``stop_reason = "too_few_clients"``); a gateway that misses ``max-misses``
 rounds in a row is left out of later ones.
+
+With ``features = "auto"`` (the estimators' default) and gateways holding raw tables
+(``data-path``), a :class:`~fedep.features.FeaturePipeline` is fitted first, as the
+in-process ``fit`` on a DataFrame does: column summaries (``query.summaries``) ->
+decisions, moments of the encoded features (``query.feature_moments``) -> scaling;
+the moments phase then runs on the transformed tables with the estimator's own
+standardisation off (``mean = 0``, ``scale = 1``). Gateways with numeric sources
+(dataset partitions, synthetic) skip those phases; a run mixing both is refused.
 """
 
 from __future__ import annotations
@@ -165,17 +173,54 @@ def _why(gw: Gateways) -> str:
     return "; failed: " + "; ".join(f"gateway {lab}: {why}" for lab, why in gw.failed.items())
 
 
-def collect_moments(grid: Grid, nodes: list[int], timeout: float, min_clients: int):
+def _add_bytes(gw: Gateways, phase: str, sent: dict[int, int], received: dict[int, int]):
+    for nid, b in sent.items():
+        lab = gw.label_of.get(nid)
+        if lab is None:
+            continue
+        rec = gw.setup_bytes.setdefault(lab, {})
+        rec[f"{phase}_sent"] = rec.get(f"{phase}_sent", 0) + b
+        rec[f"{phase}_received"] = rec.get(f"{phase}_received", 0) + received.get(nid, 0)
+
+
+def _keep_answered(gw: Gateways, replies: dict, min_clients: int, phase: str) -> None:
+    gw.order = [lab for lab in gw.order if gw.node_of[lab] in replies]
+    if len(gw.order) < min_clients:
+        raise RuntimeError(
+            f"only {len(gw.order)} gateways answered {phase}; min-clients={min_clients}{_why(gw)}"
+        )
+
+
+def _moments_of(rep: Message) -> Moments:
+    a = arrays_of(rep.content["moments"])
+    return Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"])
+
+
+def _features_record(data: dict) -> RecordDict:
+    return RecordDict({"features": ConfigRecord({"json": json.dumps(jsonable(data))})})
+
+
+def collect_moments(
+    grid: Grid, nodes: list[int], timeout: float, min_clients: int, features: str = "numeric"
+):
     """Phase 1: every gateway's per-feature moments -> the global standardisation.
+
+    Parameters
+    ----------
+    features : {"numeric", "auto"}
+        The estimator's ``features``. With ``"auto"`` a gateway holding a raw table
+        replies ``source = table`` instead of moments (:func:`fit_features` comes first).
 
     Returns
     -------
     gateways : Gateways
-    pooled : Moments
-        The merged moments (count, mean, m2 per feature).
+    pooled : Moments or None
+        The merged moments (count, mean, m2 per feature); None when the gateways hold
+        raw tables.
     """
+    content = RecordDict() if features != "auto" else _features_record({"mode": "auto"})
     replies, failed, s_b, r_b = exchange(
-        grid, {n: RecordDict() for n in nodes}, "query.moments", "moments", timeout
+        grid, {n: content for n in nodes}, "query.moments", "moments", timeout
     )
     label_of = {nid: str(rep.content["client"]["label"]) for nid, rep in replies.items()}
     if len(set(label_of.values())) != len(label_of):
@@ -183,19 +228,120 @@ def collect_moments(grid: Grid, nodes: list[int], timeout: float, min_clients: i
     order = sort_labels(list(label_of.values()))
     gw = Gateways(order=order, node_of={lab: n for n, lab in label_of.items()}, label_of=label_of)
     _fail(gw, failed, "moments")
-    gw.setup_bytes = {
-        label_of[n]: {"moments_sent": s_b[n], "moments_received": r_b.get(n, 0)} for n in label_of
-    }
+    _add_bytes(gw, "moments", s_b, r_b)
     if len(order) < min_clients:
         raise RuntimeError(
             f"only {len(order)} gateways answered; min-clients={min_clients}{_why(gw)}"
         )
-    parts = []
-    for lab in order:
-        rep = replies[gw.node_of[lab]]
-        a = arrays_of(rep.content["moments"])
-        parts.append(Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"]))
-    return gw, combine_moments(parts)
+    tables = [lab for lab in order if "source" in replies[gw.node_of[lab]].content]
+    if tables:
+        numeric = [lab for lab in order if lab not in tables]
+        if numeric:
+            raise RuntimeError(
+                "features='auto': gateways "
+                + ", ".join(tables)
+                + " hold raw tables (data-path) but gateways "
+                + ", ".join(numeric)
+                + " hold numeric records (dataset partition or synthetic); give every "
+                "gateway the same kind of source, or run with features='numeric'"
+            )
+        return gw, None
+    return gw, combine_moments(_moments_of(replies[gw.node_of[lab]]) for lab in order)
+
+
+def _fill_absent(summaries: list) -> list:
+    """The gateways' summaries over the union of their columns (first seen, in order).
+
+    A column that a gateway's table lacks is summarised there as all missing -- what
+    the in-process ``fit`` sees when the gateways' tables are concatenated into one
+    DataFrame (``pandas.concat`` fills them with missing values) -- so that both make the
+    same decisions.
+    """
+    from dataclasses import replace
+
+    from fedep.features import ColumnSummary, LogHistogram
+
+    names: list[str] = []
+    for p in summaries:
+        names += [n for n in p.columns if n not in names]
+    out = []
+    for p in summaries:
+        cols = {
+            n: p.columns.get(n)
+            or ColumnSummary(
+                name=n, n_rows=p.n_rows, n_null=p.n_rows, sketch=LogHistogram(p.sketch_size)
+            )
+            for n in names
+        }
+        out.append(replace(p, columns=cols))
+    return out
+
+
+def fit_features(grid: Grid, gw: Gateways, timeout: float, min_clients: int):
+    """The feature pipeline of gateways holding raw tables, fitted in two phases.
+
+    ``query.summaries``: each gateway's column summaries -> merged -> column decisions
+    (:meth:`~fedep.features.FeaturePipeline.fit_from_summaries`);
+    ``query.feature_moments``: the moments of each gateway's encoded features -> the
+    pipeline's federated scaling (:meth:`~fedep.features.FeaturePipeline.fit_scaling`).
+    Gateways are taken in client-label order, as the in-process ``fit`` takes them.
+
+    Returns
+    -------
+    FeaturePipeline
+        Fitted (decisions and scaling).
+    """
+    from fedep.features import ColumnSummaries, FeaturePipeline
+
+    pipe = FeaturePipeline()
+    params = {"params": jsonable(pipe.get_params())}
+    content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(params)})})
+    nodes = {gw.node_of[lab]: content for lab in gw.order}
+    replies, failed, s_b, r_b = exchange(grid, nodes, "query.summaries", "summaries", timeout)
+    _fail(gw, failed, "summaries")
+    _add_bytes(gw, "summaries", s_b, r_b)
+    _keep_answered(gw, replies, min_clients, "the column summaries")
+    summaries = [
+        ColumnSummaries.from_dict(
+            json.loads(str(replies[gw.node_of[lab]].content["summary"]["json"]))
+        )
+        for lab in gw.order
+    ]
+    pipe.fit_from_summaries(_fill_absent(summaries))
+    if not any(d.used for d in pipe.decisions_):
+        raise RuntimeError(
+            "the feature pipeline kept no column of the gateways' tables (every column "
+            "was excluded: identifiers, addresses, timestamps, constants, free text ...)"
+        )
+    if pipe.scale_rule is None:  # pragma: no cover - the default pipeline scales
+        return pipe
+    content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(pipe.to_dict())})})
+    nodes = {gw.node_of[lab]: content for lab in gw.order}
+    replies, failed, s_b, r_b = exchange(
+        grid, nodes, "query.feature_moments", "feature-moments", timeout
+    )
+    _fail(gw, failed, "feature-moments")
+    _add_bytes(gw, "feature_moments", s_b, r_b)
+    _keep_answered(gw, replies, min_clients, "the feature moments")
+    pipe.fit_scaling([_moments_of(replies[gw.node_of[lab]]) for lab in gw.order])
+    return pipe
+
+
+def collect_table_moments(grid: Grid, gw: Gateways, pipe, timeout: float, min_clients: int):
+    """Phase 1 again for raw tables: the fitted pipeline goes to every gateway, which
+    transforms its table, keeps it and replies the moments of the result.
+
+    Returns
+    -------
+    pooled : Moments
+    """
+    content = _features_record({"mode": "pipeline", "pipeline": pipe.to_dict()})
+    nodes = {gw.node_of[lab]: content for lab in gw.order}
+    replies, failed, s_b, r_b = exchange(grid, nodes, "query.moments", "moments", timeout)
+    _fail(gw, failed, "moments")
+    _add_bytes(gw, "moments", s_b, r_b)
+    _keep_answered(gw, replies, min_clients, "the moments")
+    return combine_moments(_moments_of(replies[gw.node_of[lab]]) for lab in gw.order)
 
 
 def setup_gateways(grid, gw: Gateways, est, method: str, std: dict, timeout, min_clients):
@@ -224,8 +370,7 @@ def setup_gateways(grid, gw: Gateways, est, method: str, std: dict, timeout, min
     }
     replies, failed, s_b, r_b = exchange(grid, content, "train.setup", "setup", timeout)
     _fail(gw, failed, "setup")
-    for nid in content:
-        gw.setup_bytes[gw.label_of[nid]].update(setup_sent=s_b[nid], setup_received=r_b.get(nid, 0))
+    _add_bytes(gw, "setup", s_b, r_b)
     gw.order = [lab for lab in gw.order if gw.node_of[lab] in replies]
     if len(gw.order) < min_clients:
         raise RuntimeError(
@@ -371,9 +516,19 @@ def run_federation(
     nodes = _wait_for_nodes(grid, int(cfg["min-nodes"]), float(cfg["node-wait-s"]))
     log(INFO, "fedep: %d gateways connected", len(nodes))
 
-    gw, pooled = collect_moments(grid, nodes, timeout, min_clients)
+    if not isinstance(est.features, str):  # pragma: no cover - run configs give text
+        raise ValueError("over Flower, features must be 'auto' or 'numeric'")
+    gw, pooled = collect_moments(grid, nodes, timeout, min_clients, est.features)
+    pipe = None
+    if pooled is None:  # raw tables: the feature pipeline first
+        pipe = fit_features(grid, gw, timeout, min_clients)
+        log(INFO, "fedep: feature pipeline fitted: %d features", len(pipe.get_feature_names_out()))
+        pooled = collect_table_moments(grid, gw, pipe, timeout, min_clients)
     mean, scale, constant = standardization_from_moments(pooled)
-    if not est.standardize:
+    if pipe is not None and pipe.scale_rule is not None:
+        # The pipeline's own federated scaling replaces the estimator's (as in ``fit``).
+        mean, scale = np.zeros_like(mean), np.ones_like(scale)
+    elif not est.standardize:
         scale = np.ones_like(scale)
     n_features, r = mean.shape[0], est.n_components
     if r > n_features:
@@ -407,6 +562,8 @@ def run_federation(
     res.setup_bytes = gw.setup_bytes
     res.finalized = finalize_gateways(grid, gw, clients, res, timeout)
     res.failed = gw.failed
+    # The pipeline's decisions and scaling (``FeaturePipeline.to_dict()``; None without).
+    res.features = None if pipe is None else pipe.to_dict()
     path = str(cfg.get("result-path") or "")
     if path:
         # Written beside its name and renamed: a reader sees the whole file or none.
