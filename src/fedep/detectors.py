@@ -24,6 +24,7 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+from scipy.special import erf
 from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -36,6 +37,14 @@ from fedep.core.fedpg import FedPGSettings
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
+from fedep.core.trimming import (
+    ScoreCounts,
+    estimate_contamination,
+    kept_count,
+    log_scores,
+    order_statistic,
+    ppca_from_sums,
+)
 from fedep.features import FeaturePipeline
 from fedep.federation.rounds import run_rounds
 from fedep.params import validate_params
@@ -76,7 +85,9 @@ _COMMON_CONSTRAINTS: dict = {
     "n_components": _POSITIVE_INT,
     "features": [StrOptions({"auto", "numeric"}), FeaturePipeline],
     "standardize": ["boolean"],
-    "contamination": [Interval(Real, 0.0, 0.5, closed="right")],
+    "contamination": [StrOptions({"auto"}), Interval(Real, 0.0, 0.5, closed="right")],
+    "trim_steps": [Interval(Integral, 0, None, closed="left")],
+    "trim_share": [Interval(Real, 0.0, 0.5, closed="neither"), None],
     "random_state": ["random_state"],
 }
 _FEDERATION_CONSTRAINTS: dict = {
@@ -115,7 +126,7 @@ class BaseFederatedDetector(BaseEstimator):
     _parameter_constraints: dict = dict(_COMMON_CONSTRAINTS)
 
     #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
-    _persist_scalars: tuple[str, ...] = ()
+    _persist_scalars: tuple[str, ...] = ("contamination_", "score_mean_", "score_std_")
 
     def _validate_params(self):
         validate_params(self)
@@ -164,19 +175,29 @@ class BaseFederatedDetector(BaseEstimator):
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)
         labels, blocks, inverse = self._split_clients(X, groups)
-        # Federated standardisation: each client sends (count, mean, m2) per feature.
-        pooled = combine_moments(client_moments(b) for b in blocks)
-        mean, scale, constant = standardization_from_moments(pooled)
-        if pipe is not None and pipe.scale_rule is not None:
-            # The pipeline's own federated scaling replaces the estimator's.
-            mean, scale = np.zeros_like(mean), np.ones_like(scale)
-        elif not self.standardize:
-            scale = np.ones_like(scale)
-        # Set before the rounds, so that a callback can score with them.
-        self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
-        blocks = [(b - mean) / scale for b in blocks]
         t0 = time.perf_counter()
-        V, Wc = self._fit_clients(blocks, rng)
+        keep, V = None, None
+        self.trim_history_ = []
+        mean0, scale, constant = self._standardization(blocks, pipe)
+        located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
+        for step in range(self.trim_steps + 1):
+            kept = blocks if keep is None else [b[k] for b, k in zip(blocks, keep, strict=True)]
+            # The location is fitted on the kept records (part of the trimmed objective);
+            # the units (scale) stay those of every record, so that the objective of
+            # successive steps is comparable and the C-steps descend.
+            mean = mean0 if located else combine_moments(client_moments(b) for b in kept).mean
+            # Set before the rounds, so that a callback can score with them.
+            self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
+            V, Wc = self._fit_clients([(b - mean) / scale for b in kept], rng, V)
+            if step == self.trim_steps:
+                break
+            Zb = [(b - mean) / scale for b in blocks]
+            new_keep, record = self._selection_step(Zb, V, keep)
+            self.trim_history_.append(record)
+            if keep is not None and all(map(np.array_equal, new_keep, keep)):
+                break
+            keep = new_keep
+        self.n_trim_steps_ = len(self.trim_history_)
         self.fit_time_ = time.perf_counter() - t0
         self._set_fitted(
             components=V.T,
@@ -188,7 +209,7 @@ class BaseFederatedDetector(BaseEstimator):
             feature_names=names_in,
             features=pipe,
         )
-        self._process_decision_scores((X - mean) / scale, blocks)
+        self._process_decision_scores((X - mean) / scale, [(b - mean) / scale for b in blocks])
         return self
 
     def _uses_pipeline(self, X) -> bool:
@@ -221,6 +242,79 @@ class BaseFederatedDetector(BaseEstimator):
             )
         Z = check_array(Z, dtype=np.float64, ensure_min_samples=2)
         return Z, pipe, [str(c) for c in X.columns]
+
+    def _standardization(self, blocks, pipe=None):
+        """Federated standardisation: each client sends (count, mean, m2) per feature.
+
+        With a feature pipeline that scales, its own federated scaling replaces this
+        one (mean 0, scale 1).
+        """
+        pooled = combine_moments(client_moments(b) for b in blocks)
+        mean, scale, constant = standardization_from_moments(pooled)
+        if pipe is not None and pipe.scale_rule is not None:
+            mean, scale = np.zeros_like(mean), np.ones_like(scale)
+        elif not self.standardize:
+            scale = np.ones_like(scale)
+        return mean, scale, constant
+
+    def _selection_step(self, blocks, V, keep):
+        """The C-step's selection (:mod:`fedep.core.trimming`), from sums and counts only.
+
+        ``blocks`` are the clients' records standardised and centred at the kept mean;
+        ``keep`` (None: all) the rows the fit used. Each client sends its kept count,
+        per-component sums of squared coordinates in ``V`` and its kept residual
+        energy: the server forms the PPCA variances. Each client computes the PPCA
+        distance of every record; the server estimates the contamination share
+        (``"auto"``) and finds, from counts of distances, the cut keeping ``h = N -
+        round(share N)`` records; each client keeps its records at or below the cut,
+        and at least ``max(n_components, 2)`` of its own (its lowest distances), so
+        that it can still fit.
+
+        Returns
+        -------
+        keep : list of ndarray of bool
+            Kept rows per client.
+        record : dict
+            ``share`` trimmed, ``n_kept`` and ``objective`` (the trimmed PPCA
+            objective ``L(K_new, theta)`` at this fit).
+        """
+        if keep is None:
+            keep = [np.ones(b.shape[0], dtype=bool) for b in blocks]
+        T = [b @ V for b in blocks]
+        res = [residual_energy(b, V) for b in blocks]
+        lam, sigma2 = ppca_from_sums(
+            sum(int(k.sum()) for k in keep),
+            sum((t[k] ** 2).sum(axis=0) for t, k in zip(T, keep, strict=True)),
+            sum(float(e[k].sum()) for e, k in zip(res, keep, strict=True)),
+            V.shape[0],
+        )
+        dist = [(t**2 / lam).sum(axis=1) + e / sigma2 for t, e in zip(T, res, strict=True)]
+        logs = [log_scores(x) for x in dist]
+        counts = ScoreCounts(logs)
+        if self.trim_share is not None:
+            share = float(self.trim_share)
+        elif self.contamination == "auto":
+            share = estimate_contamination(ScoreCounts([log_scores(e) for e in res]))
+        else:
+            share = float(self.contamination)
+        h = kept_count(counts.n, share)
+        cut = order_statistic(counts.le, h, counts.lo, counts.hi)
+        m = max(self.n_components, 2)
+        new = []
+        for ls in logs:
+            k = ls <= cut
+            if k.sum() < m:
+                k = np.zeros_like(k)
+                k[np.argsort(ls, kind="stable")[:m]] = True
+            new.append(k)
+        kept = np.concatenate([x[k] for x, k in zip(dist, new, strict=True)])
+        logdet = float(np.log(lam).sum() + (V.shape[0] - V.shape[1]) * np.log(sigma2))
+        record = {
+            "share": share,
+            "n_kept": int(kept.size),
+            "objective": float(kept.sum() + kept.size * logdet),
+        }
+        return new, record
 
     # ------------------------------------------------------------------ fitted state
     def _set_fitted(
@@ -286,13 +380,24 @@ class BaseFederatedDetector(BaseEstimator):
         """The threshold rule, from training scores only (PyOD's idea of the same name).
 
         ``decision_scores_`` are the global scores of the standardised training rows
-        ``Z`` (n_samples, n_features); ``threshold_`` their ``1 - contamination``
-        quantile; ``client_thresholds_`` the same quantile of each client's block in
+        ``Z`` (n_samples, n_features); ``contamination_`` the ``contamination``
+        parameter or, for ``"auto"``, its estimate from these scores
+        (:func:`fedep.core.trimming.estimate_contamination`); ``threshold_`` their
+        ``1 - contamination_`` quantile; ``score_mean_``/``score_std_`` their mean and
+        standard deviation (for :meth:`predict_proba`); ``client_thresholds_`` the
+        same quantile of each client's block in
         ``blocks`` (list of (N_i, n_features), in ``clients_`` order) under its own
         basis; ``labels_`` the training rows' 0/1 flags.
         """
-        q = 1.0 - self.contamination
         self.decision_scores_ = self._global_scores(Z, residual_energy)
+        if self.contamination == "auto":
+            counts = ScoreCounts([log_scores(self.decision_scores_)])
+            self.contamination_ = estimate_contamination(counts)
+        else:
+            self.contamination_ = float(self.contamination)
+        q = 1.0 - self.contamination_
+        self.score_mean_ = float(np.mean(self.decision_scores_))
+        self.score_std_ = float(np.std(self.decision_scores_))
         self.threshold_ = float(np.quantile(self.decision_scores_, q))
         self.client_thresholds_ = np.array(
             [
@@ -303,7 +408,10 @@ class BaseFederatedDetector(BaseEstimator):
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
 
     # ------------------------------------------------------------------ hooks
-    def _fit_clients(self, blocks, rng):  # pragma: no cover - abstract
+    def _fit_clients(self, blocks, rng, V0=None):  # pragma: no cover - abstract
+        """Global basis (n_features, r) and client bases (d, n_features, r) of ``blocks``;
+        ``V0`` (n_features, r), when given, is the previous fit's consensus to start
+        from (a warm start, used by the iterative federations)."""
         raise NotImplementedError
 
     def _global_scores(self, Z, fn):
@@ -408,6 +516,21 @@ class BaseFederatedDetector(BaseEstimator):
         s = self.decision_function(X, groups)
         return (s > self.row_thresholds(groups, s.shape[0])).astype(int)
 
+    def predict_proba(self, X, groups=None):
+        """Probability of normal / anomaly per record, shape (n_samples, 2).
+
+        PyOD's ``"unify"`` calibration on the training scores: ``P(anomaly) =
+        clip(erf((s - score_mean_) / (score_std_ * sqrt(2))), 0, 1)`` for the score ``s``
+        of :meth:`decision_function`, ``P(normal) = 1 - P(anomaly)``. Monotone in the
+        score; rows sum to 1. (A ranking-consistent score in [0, 1], not a calibrated
+        posterior: ``predict`` uses ``threshold_``, not ``P > 1/2``.)
+        """
+        check_is_fitted(self, "score_mean_")
+        s = self.decision_function(X, groups)
+        std = max(self.score_std_, np.finfo(float).tiny)
+        p = np.clip(erf((s - self.score_mean_) / (std * np.sqrt(2.0))), 0.0, 1.0)
+        return np.column_stack([1.0 - p, p])
+
     def fit_predict(self, X, y=None, groups=None):
         """Fit, then return the 0/1 labels of the training records."""
         return self.fit(X, groups=groups).labels_
@@ -447,8 +570,9 @@ class _FederatedMixin:
             aggregation=self.aggregation,
         )
 
-    def _fit_clients(self, blocks, rng):
-        V0 = self._init_basis(blocks, rng)
+    def _fit_clients(self, blocks, rng, V0=None):
+        if V0 is None:
+            V0 = self._init_basis(blocks, rng)
         cohort = self._make_cohort(blocks, V0)
         res = self._run_rounds(cohort, V0, rng, self.callback)
         self._set_federation_result(res)
@@ -536,8 +660,27 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``standardize`` (``mean_`` = 0, ``scale_`` = 1) unless its ``scale_rule`` is None.
     standardize : bool, default=True
         Z-score features with global statistics aggregated from per-client moments.
-    contamination : float, default=0.05
-        Expected share of anomalies in training data; sets ``threshold_``.
+    contamination : "auto" or float, default=0.05
+        Share of anomalies in the training data; sets ``threshold_`` (its ``1 -
+        contamination`` quantile of the training scores) and the share trimmed by
+        ``trim_steps``. ``"auto"`` estimates it without labels from the training
+        scores (the share whose log-score is over ``median + 3 * 1.4826 * MAD``; see
+        :mod:`fedep.core.trimming`) and stores it as ``contamination_``.
+    trim_steps : int, default=0
+        Concentration steps of record trimming (0: fit on every record). After a fit,
+        each client scores its own records, the server finds from counts of scores
+        the cut that trims the ``contamination`` share of all records, each client
+        drops its records above the cut and the model is refitted on the rest
+        (warm-started), until the kept set stops changing or after ``trim_steps``
+        refits. Records are ranked by their distance under the probabilistic PCA of
+        the kept records (in-subspace and residual parts): trimmed PPCA, robust to
+        whole anomalous records such as attacks in unlabelled training traffic (see
+        :mod:`fedep.core.trimming`). Scores stay the residual energy.
+    trim_share : float in (0, 0.5) or None, default=None
+        Share of records trimmed at each concentration step (None: the
+        ``contamination`` share, estimated for ``"auto"``). Trimming more than the
+        expected contamination is the safe side: clustered attacks at a share close to
+        the trimmed one survive trimming.
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
@@ -566,6 +709,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     threshold_ : float
     client_thresholds_ : ndarray of shape (n_clients,)
     decision_scores_ : ndarray of shape (n_samples,)
+    contamination_ : float
+        The share used for ``threshold_`` (``contamination`` or its estimate).
+    score_mean_, score_std_ : float
+        Mean and standard deviation of ``decision_scores_`` (for ``predict_proba``).
+    trim_history_ : list of dict
+        One record per concentration step (``share``, ``n_kept``,
+        ``objective``: the trimmed PPCA objective); ``n_trim_steps_`` their number.
     history_ : list of dict
         Per-round objective, augmented Lagrangian, residuals, iterations, time.
     n_iter_ : int
@@ -573,7 +723,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     stop_reason_ : str
     """
 
-    _persist_scalars = ("n_iter_", "stop_reason_")
+    _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
     _method = "fedep"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
@@ -609,6 +759,8 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         features="auto",
         standardize=True,
         contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
         random_state=None,
         callback=None,
     ):
@@ -629,6 +781,8 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
         self.random_state = random_state
         self.callback = callback
 
@@ -665,7 +819,9 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
         clients whose spans are farthest from the others') bound what a few
         compromised gateways can do to the global basis.
-    n_rounds, tol, client_fraction, init, standardize, contamination, random_state, callback
+    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share
+        As in :class:`FedEP`.
+    random_state, callback
         As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
     features
         As in :class:`FedEP`.
@@ -675,7 +831,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
     Same as :class:`FedEP`.
     """
 
-    _persist_scalars = ("n_iter_", "stop_reason_")
+    _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
     _method = "fedpg"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
@@ -703,6 +859,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         features="auto",
         standardize=True,
         contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
         random_state=None,
         callback=None,
     ):
@@ -719,6 +877,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
         self.random_state = random_state
         self.callback = callback
 
@@ -746,15 +906,19 @@ class PooledPCA(BaseFederatedDetector):
         features="auto",
         standardize=True,
         contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
         random_state=None,
     ):
         self.n_components = n_components
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
         self.random_state = random_state
 
-    def _fit_clients(self, blocks, rng):
+    def _fit_clients(self, blocks, rng, V0=None):
         V = pooled_pca(np.vstack(blocks), self.n_components)
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
 
@@ -775,15 +939,19 @@ class LocalPCA(BaseFederatedDetector):
         features="auto",
         standardize=True,
         contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
         random_state=None,
     ):
         self.n_components = n_components
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
         self.random_state = random_state
 
-    def _fit_clients(self, blocks, rng):
+    def _fit_clients(self, blocks, rng, V0=None):
         G = np.stack([b.T @ b for b in blocks])
         Wc = local_pca(G, self.n_components)
         P = np.mean(Wc @ np.swapaxes(Wc, 1, 2), axis=0)
@@ -804,7 +972,7 @@ class OneShotPCA(BaseFederatedDetector):
     sketch_rank : int or None, default=None
         Rank ``k`` of each client's sketch (default ``2 * n_components``); ``k`` equal to
         ``n_features`` reproduces pooled PCA exactly.
-    features, standardize, contamination, random_state
+    features, standardize, contamination, trim_steps, trim_share, random_state
         As in :class:`FedEP`.
     """
 
@@ -816,6 +984,8 @@ class OneShotPCA(BaseFederatedDetector):
         features="auto",
         standardize=True,
         contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
         random_state=None,
     ):
         self.n_components = n_components
@@ -823,6 +993,8 @@ class OneShotPCA(BaseFederatedDetector):
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
         self.random_state = random_state
 
     _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}
@@ -834,7 +1006,7 @@ class OneShotPCA(BaseFederatedDetector):
                 f"sketch_rank must be >= n_components={self.n_components}; got {self.sketch_rank!r}"
             )
 
-    def _fit_clients(self, blocks, rng):
+    def _fit_clients(self, blocks, rng, V0=None):
         k = 2 * self.n_components if self.sketch_rank is None else self.sketch_rank
         V = oneshot_merge([client_sketch(b, k) for b in blocks], self.n_components)
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
