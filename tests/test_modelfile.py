@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedep import _atomic, modelfile
+from fedep import _atomic
 from fedep._atomic import atomic_write, check_writable
 from fedep.modelfile import (
     FORMAT,
@@ -29,6 +29,7 @@ from fedep.modelfile import (
     read_model_file,
     write_model_file,
 )
+from fedep.modelfile.meta import _meta_digest, _total_digest
 
 SECRET = b"a shared secret of 32 bytes ...!"
 
@@ -92,8 +93,8 @@ def _with_envelope(path: Path, env: dict, out: Path | None = None) -> Path:
 
 def _reseal(env: dict) -> dict:
     """What a forger does: recompute the (keyless) digests after an edit."""
-    env["meta_sha256"] = modelfile._meta_digest(env["meta"], env["arrays"])
-    env["sha256"] = modelfile._total_digest(
+    env["meta_sha256"] = _meta_digest(env["meta"], env["arrays"])
+    env["sha256"] = _total_digest(
         env["meta_sha256"], {k: v["sha256"] for k, v in env["arrays"].items()}
     )
     return env

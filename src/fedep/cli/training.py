@@ -3,7 +3,6 @@ clients, or the user's table with its clients (a column, or a partition)."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,42 +50,19 @@ def labels_of(s: pd.Series, normal_label, path, column: str) -> np.ndarray:
     """0 (normal) / 1 (attack) labels of a label column.
 
     Without ``normal_label`` the labels must be 0/1; with it, every other value is an
-    attack. A missing label is an error naming the data row.
+    attack. A missing label is an error naming the data row
+    (:func:`fedep.data.tabular.labels_from_column`).
     """
-    from fedep.data import DataError
+    from fedep.data.tabular import labels_from_column
 
-    st = pd.Series(_text(s))
-    empty = (st == "").to_numpy()
-    if empty.any():
-        i = int(np.flatnonzero(empty)[0])
-        raise DataError(path, "missing label", row=i + 1, column=column)
-    num = pd.to_numeric(st, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    if normal_label is None:
-        bad = ~np.isin(num, (0.0, 1.0))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise DataError(
-                path,
-                f"label must be 0 or 1 (or pass --normal-label), got {st.iloc[i]!r}",
-                row=i + 1,
-                column=column,
-            )
-        return num.astype(np.int64)
-    try:
-        ref = float(str(normal_label).strip())
-    except ValueError:
-        ref = None
-    if ref is not None and not np.isnan(num).any():
-        y = (num != ref).astype(np.int64)
-    else:
-        y = (st != str(normal_label).strip()).to_numpy(dtype=np.int64)
-    if y.all():
-        warnings.warn(
-            f"{path}: --normal-label {normal_label!r} never occurs in column {column!r}; "
-            "every row is labelled as an attack",
-            stacklevel=2,
-        )
-    return y
+    return labels_from_column(
+        pd.Series(_text(s)),
+        normal_label,
+        path=path,
+        column=column,
+        option="--normal-label",
+        stacklevel=3,
+    )
 
 
 def client_ids_of(s: pd.Series, path, column: str) -> np.ndarray:

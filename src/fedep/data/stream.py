@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.data.errors import DataError
-from fedep.data.tabular import parse_header_line
+from fedep.data.tabular import parse_header_line, strip_csv_text
 
 __all__ = [
     "CsvBlock",
@@ -52,8 +52,6 @@ __all__ = [
     "iter_csv_blocks",
     "read_csv_header",
 ]
-
-_BOM = b"\xef\xbb\xbf"
 
 
 def read_csv_header(path) -> tuple[list[str], bytes]:
@@ -68,12 +66,7 @@ def read_csv_header(path) -> tuple[list[str], bytes]:
     """
     path = Path(path)
     with open(path, "rb") as fh:
-        raw = fh.readline()
-    if raw.startswith(_BOM):
-        raw = raw[len(_BOM) :]
-    raw = raw.rstrip(b"\r\n")
-    if not raw.strip():
-        raise DataError(path, "empty file (no header row)", line=1)
+        raw = strip_csv_text(fh.readline(), path)
     return parse_header_line(raw, path), raw
 
 
@@ -223,9 +216,11 @@ class CsvBlockReader:
         X, ids = self._parse(raw, len(body), first_line)
         return CsvBlock(X=X, ids=ids, lines=body, first_line=first_line)
 
-    def _read_block(self, block: bytes, first_line: int, **kw) -> pd.DataFrame:
+    def _read_block(self, block: bytes, n_lines: int, first_line: int, **kw) -> pd.DataFrame:
+        """``pd.read_csv`` of a block; a malformed row or a row count other than
+        ``n_lines`` is a DataError naming the line."""
         try:
-            return pd.read_csv(io.BytesIO(block), header=None, names=self.header, engine="c", **kw)
+            df = pd.read_csv(io.BytesIO(block), header=None, names=self.header, engine="c", **kw)
         except pd.errors.ParserError as exc:
             msg = " ".join(str(exc).split())
             m = re.search(r"line (\d+)", msg)
@@ -233,15 +228,6 @@ class CsvBlockReader:
             msg = re.sub(r"^Error tokenizing data\. C error: ", "", msg)
             msg = re.sub(r" in line \d+", "", msg)
             raise DataError(self.path, f"malformed row: {msg}", line=line) from None
-
-    def _parse_frame(self, block: bytes, n_lines: int, first_line: int):
-        """The frame columns (pandas type inference) and the client ids of one block."""
-        cols, client = self.frame_columns, self.client_column
-        usecols = list(dict.fromkeys(cols + ([client] if client is not None else [])))
-        dtype = {client: str} if client is not None and client not in cols else None
-        df = self._read_block(
-            block, first_line, usecols=usecols, dtype=dtype, skip_blank_lines=False
-        )
         if len(df) != n_lines:
             raise DataError(
                 self.path,
@@ -249,6 +235,16 @@ class CsvBlockReader:
                 "not supported)",
                 line=first_line,
             )
+        return df
+
+    def _parse_frame(self, block: bytes, n_lines: int, first_line: int):
+        """The frame columns (pandas type inference) and the client ids of one block."""
+        cols, client = self.frame_columns, self.client_column
+        usecols = list(dict.fromkeys(cols + ([client] if client is not None else [])))
+        dtype = {client: str} if client is not None and client not in cols else None
+        df = self._read_block(
+            block, n_lines, first_line, usecols=usecols, dtype=dtype, skip_blank_lines=False
+        )
         frame = df[cols]
         for c in cols:
             s = frame[c]
@@ -276,35 +272,22 @@ class CsvBlockReader:
         if separate:
             dtype[client] = str
         try:
-            df = pd.read_csv(
-                io.BytesIO(block),
-                header=None,
-                names=self.header,
+            df = self._read_block(
+                block,
+                n_lines,
+                first_line,
                 usecols=usecols,
                 dtype=dtype,
                 skip_blank_lines=False,
                 na_filter=True,
                 keep_default_na=False,
                 na_values=[""],
-                engine="c",
             )
-        except pd.errors.ParserError as exc:
-            msg = " ".join(str(exc).split())
-            m = re.search(r"line (\d+)", msg)
-            line = first_line + int(m.group(1)) - 1 if m else None
-            msg = re.sub(r"^Error tokenizing data\. C error: ", "", msg)
-            msg = re.sub(r" in line \d+", "", msg)
-            raise DataError(src, f"malformed row: {msg}", line=line) from None
+        except DataError:
+            raise  # a malformed row (a ValueError too): not a bad value
         except (ValueError, TypeError):
             _locate_bad_value(block, self.header, names, src, first_line)
             raise  # pragma: no cover - _locate_bad_value always raises
-        if len(df) != n_lines:
-            raise DataError(
-                src,
-                f"{n_lines} lines parsed as {len(df)} rows (a quoted field spanning lines is "
-                "not supported)",
-                line=first_line,
-            )
         X = df[names].to_numpy(dtype=np.float64)
         if not np.isfinite(X).all():
             _locate_bad_value(block, self.header, names, src, first_line)

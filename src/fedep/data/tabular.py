@@ -30,7 +30,7 @@ import csv
 import io
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,17 +101,27 @@ def parse_header_line(raw: bytes, path) -> list[str]:
     return header
 
 
+def strip_csv_text(raw: bytes, path) -> bytes:
+    """``raw`` (a CSV file, or its header line) without a UTF-8 byte-order mark and
+    trailing line ends.
+
+    Raises :class:`DataError` (line 1) when nothing but whitespace is left: an empty
+    file, without a header row.
+    """
+    if raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    raw = raw.rstrip(b"\r\n")
+    if not raw.strip():
+        raise DataError(path, "empty file (no header row)", line=1)
+    return raw
+
+
 def _read_csv_strings(path: Path) -> pd.DataFrame:
     """Every column as stripped-of-nothing strings; index = 0-based data row."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    data = path.read_bytes()
-    if data.startswith(_BOM):
-        data = data[len(_BOM) :]
-    data = data.rstrip(b"\r\n")
-    if not data.strip():
-        raise DataError(path, "empty file (no header row)", line=1)
+    data = strip_csv_text(path.read_bytes(), path)
     header = parse_header_line(data.split(b"\n", 1)[0], path)
     if b"\n" not in data:
         raise DataError(path, "file has a header but no data rows", line=2)
@@ -178,10 +188,12 @@ class _Locator:
         self.path = path
         self.parquet = parquet
 
+    def where(self, i: int) -> dict[str, int]:
+        """``{"row": n}`` (Parquet) or ``{"line": n}`` (CSV) of the 0-based data row ``i``."""
+        return {"row": i + 1} if self.parquet else {"line": i + 2}
+
     def error(self, i: int, column: str, message: str) -> DataError:
-        if self.parquet:
-            return DataError(self.path, message, row=i + 1, column=column)
-        return DataError(self.path, message, line=i + 2, column=column)
+        return DataError(self.path, message, column=column, **self.where(i))
 
 
 def _numeric(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -308,7 +320,15 @@ def load_csv(
 
     y = None
     if label_column is not None:
-        y = _labels(df[label_column], normal_label, loc, label_column)
+        s = df[label_column]
+        y = labels_from_column(
+            s.astype(str).str.strip().mask(s.isna(), ""),
+            normal_label,
+            path=p,
+            column=label_column,
+            locate=loc.where,
+            stacklevel=3,
+        )
     groups = None
     group_names = None
     if client_column is not None:
@@ -332,18 +352,73 @@ def load_csv(
     )
 
 
-def _labels(s: pd.Series, normal_label: object, loc: _Locator, col: str) -> np.ndarray:
-    st = s.astype(str).str.strip()
-    empty = (s.isna() | (st == "")).to_numpy()
+def labels_from_column(
+    values: pd.Series,
+    normal_label: object | None,
+    *,
+    path,
+    column: str,
+    locate: Callable[[int], dict[str, int]] | None = None,
+    option: str = "normal_label",
+    stacklevel: int = 2,
+) -> np.ndarray:
+    """0 (normal) / 1 (attack) labels of a label column.
+
+    With ``normal_label`` a row is normal when its label equals it (compared as numbers
+    when both parse as numbers, else as stripped strings), every other value is an
+    attack; without it the labels must be 0 or 1.
+
+    Parameters
+    ----------
+    values : Series of str
+        The label column as stripped strings, ``""`` for a missing value.
+    normal_label : object or None
+        Label value of normal rows.
+    path : str or Path
+        The file, named in errors and in the warning.
+    column : str
+        The label column, named in errors and in the warning.
+    locate : callable, optional
+        ``locate(i)`` gives the :class:`DataError` position of the 0-based data row
+        ``i`` (``{"line": n}`` or ``{"row": n}``); default ``{"row": i + 1}``.
+    option : str, default "normal_label"
+        How the caller names ``normal_label`` in messages (the command line passes
+        ``"--normal-label"``).
+    stacklevel : int, default 2
+        Of the warning, as for :func:`warnings.warn` (1 is this function).
+
+    Returns
+    -------
+    ndarray of int64, shape (n_rows,)
+
+    Raises
+    ------
+    DataError
+        A missing label, or (without ``normal_label``) a label other than 0 / 1: the
+        message names the file, the row (or line) and the column.
+
+    Warns
+    -----
+    UserWarning
+        ``normal_label`` never occurs: every row is labelled as an attack.
+    """
+    if locate is None:
+        locate = _by_row
+    st = values
+    empty = (st == "").to_numpy()
     if empty.any():
-        raise loc.error(int(np.flatnonzero(empty)[0]), col, "missing label")
+        i = int(np.flatnonzero(empty)[0])
+        raise DataError(path, "missing label", column=column, **locate(i))
     num = pd.to_numeric(st, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     if normal_label is None:
         bad = ~np.isin(num, (0.0, 1.0))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise loc.error(
-                i, col, f"label must be 0 or 1 (or pass normal_label), got {st.iloc[i]!r}"
+            raise DataError(
+                path,
+                f"label must be 0 or 1 (or pass {option}), got {st.iloc[i]!r}",
+                column=column,
+                **locate(i),
             )
         return num.astype(np.int64)
     try:
@@ -356,11 +431,15 @@ def _labels(s: pd.Series, normal_label: object, loc: _Locator, col: str) -> np.n
         y = (st != str(normal_label).strip()).to_numpy(dtype=np.int64)
     if y.all():
         warnings.warn(
-            f"{loc.path}: normal_label {normal_label!r} never occurs in column {col!r}; "
+            f"{path}: {option} {normal_label!r} never occurs in column {column!r}; "
             "every row is labelled as an attack",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     return y
+
+
+def _by_row(i: int) -> dict[str, int]:
+    return {"row": i + 1}
 
 
 #: Alias: :func:`load_csv` also reads Parquet.

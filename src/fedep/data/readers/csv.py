@@ -1,0 +1,250 @@
+"""CSV / TSV: pyarrow's parser, whole-file or streamed in chunks, with an encoding
+fallback and exact line numbers for malformed rows."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pandas as pd
+import pyarrow as pa
+
+from fedep.data.readers.detect import _first_line
+from fedep.data.readers.frames import (
+    _check_columns,
+    _clean_names,
+    _conversion_column,
+    _Frames,
+    _rechunk,
+    _to_pandas,
+)
+from fedep.data.readers.source import ReadError, _Source, _text_lines
+
+# CSV text that is not UTF-8 is read as Windows-1252 (CIC-IDS2017's labels hold byte 0x96,
+# an en dash), else Latin-1, which decodes any byte
+_ENCODINGS = ("utf-8", "cp1252", "latin-1")
+_NO_ROWS = "file has a header but no data rows"  # almost always a truncated export
+
+
+def _csv_header(src: _Source, head: bytes, delimiter: str) -> list[str]:
+    line = _first_line(head)
+    if not line.strip():
+        raise ReadError(src.path, "empty header line (no column names)", line=1)
+    try:
+        text = line.decode(src.encoding)
+    except UnicodeDecodeError:
+        raise _WrongEncoding from None
+    try:
+        fields = next(csv.reader([text], delimiter=delimiter))
+    except (csv.Error, StopIteration) as exc:
+        raise ReadError(src.path, f"unreadable header ({exc})", line=1) from None
+    return _clean_names(src.path, fields)
+
+
+def _csv_record_lines(src: _Source, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """(1-based physical line where each record starts, fields); blank lines skipped."""
+    lines = _text_lines(src)
+    first = next(lines, "")
+    if first.startswith("\ufeff"):
+        first = first[1:]
+
+    def chained():
+        yield first
+        yield from lines
+
+    reader = csv.reader(chained(), delimiter=delimiter)
+    start = 1
+    for fields in reader:
+        if fields:
+            yield start, fields
+        start = reader.line_num + 1
+
+
+def _csv_data_line(src: _Source, delimiter: str, index: int) -> dict[str, int]:
+    """``{"line": n}`` for the 0-based data row ``index`` (after the header)."""
+    with src.errors():
+        for k, (line, _fields) in enumerate(_csv_record_lines(src, delimiter)):
+            if k == index + 1:
+                return {"line": line}
+    return {"row": index + 1}
+
+
+def _ragged_error(src: _Source, delimiter: str, n_expected: int, bad: list) -> ReadError:
+    number, actual, text = bad[0]
+    line = number
+    with src.errors():
+        # pyarrow numbers records (and only when single-threaded); the csv module gives
+        # the physical line, which differs once a quoted field spans lines
+        for ln, fields in _csv_record_lines(src, delimiter):
+            if len(fields) != n_expected:
+                line, actual = ln, len(fields)
+                break
+    snippet = text if len(text) <= 60 else text[:57] + "..."
+    more = f"; {len(bad) - 1} more malformed rows" if len(bad) > 1 else ""
+    return ReadError(
+        src.path,
+        f"wrong number of fields: expected {n_expected}, found {actual} ({snippet!r}){more}",
+        line=line,
+    )
+
+
+class _WrongEncoding(Exception):
+    """The text does not decode with the encoding tried: try the next of _ENCODINGS."""
+
+
+def _is_encoding_error(exc: Exception) -> bool:
+    return isinstance(exc, UnicodeDecodeError) or "invalid UTF8" in str(exc)
+
+
+def _check_decoded(src: _Source, schema: pa.Schema) -> None:
+    # pyarrow infers a column with invalid UTF-8 as binary instead of failing
+    if src.encoding == "utf-8" and any(pa.types.is_binary(f.type) for f in schema):
+        raise _WrongEncoding
+
+
+def _try_encodings(fn, src: _Source, *args):
+    """``fn(src_with_encoding, *args)`` for the first of _ENCODINGS that decodes the file."""
+    for enc in _ENCODINGS:
+        try:
+            return fn(replace(src, encoding=enc), *args)
+        except _WrongEncoding:
+            continue
+    raise ReadError(src.path, "cannot decode the text")  # pragma: no cover (latin-1 decodes)
+
+
+def _csv_options(src, names, delimiter, columns, column_types, threads: bool, bad):
+    import pyarrow.csv as pacsv
+
+    def on_invalid(row) -> str:
+        bad.append((row.number, row.actual_columns, row.text))
+        return "skip"  # collected, then raised as an error: never silently dropped
+
+    return dict(
+        read_options=pacsv.ReadOptions(
+            column_names=names,
+            skip_rows=1,
+            use_threads=threads,
+            block_size=1 << 22,
+            encoding=src.encoding,
+        ),
+        parse_options=pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=list(columns) if columns is not None else None,
+            column_types=column_types or None,
+            strings_can_be_null=True,
+        ),
+    )
+
+
+def _csv_table(src, head, delimiter, columns) -> pd.DataFrame:
+    return _try_encodings(_csv_table_encoded, src, head, delimiter, columns)
+
+
+def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
+    import pyarrow.csv as pacsv
+
+    names = _csv_header(src, head, delimiter)
+    _check_columns(src.path, names, columns)
+    bad: list = []
+    opts = _csv_options(src, names, delimiter, columns, None, True, bad)
+    with src.errors():
+        fh = src.open()
+        try:
+            table = pacsv.read_csv(fh, **opts)
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
+                raise _WrongEncoding from None
+            raise ReadError(src.path, f"cannot parse {_what(delimiter)}: {exc}") from None
+        finally:
+            fh.close()
+    _check_decoded(src, table.schema)
+    if bad:
+        raise _ragged_error(src, delimiter, len(names), bad)
+    if table.num_rows == 0:
+        raise ReadError(src.path, _NO_ROWS, line=2)
+    return _to_pandas(table, release=True)
+
+
+def _what(delimiter: str) -> str:
+    return "TSV" if delimiter == "\t" else "CSV"
+
+
+def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
+    """First pass of the streaming reader: settle every column's type over the whole file.
+
+    pyarrow's streaming reader infers types from its first block only, so a later block
+    with ``1.5`` in an integer column or text in a number column fails; the failing column
+    is widened (null/int -> float64 -> string) and the pass restarted. The pass also finds
+    malformed rows before any chunk is handed out, and the integer columns with missing
+    values (read as float64 in every chunk, so that all chunks share their dtypes).
+    """
+    import pyarrow.csv as pacsv
+
+    types: dict[str, pa.DataType] = {}
+    for _ in range(2 * len(names) + 1):
+        bad: list = []
+        opts = _csv_options(src, names, delimiter, columns, types, True, bad)
+        int_with_nulls: set[str] = set()
+        schema = None
+        n_rows = 0
+        try:
+            with src.errors():
+                fh = src.open()
+                try:
+                    reader = pacsv.open_csv(fh, **opts)
+                    schema = reader.schema
+                    _check_decoded(src, schema)
+                    for batch in reader:
+                        n_rows += batch.num_rows
+                        for f, col in zip(batch.schema, batch.columns, strict=True):
+                            if pa.types.is_integer(f.type) and col.null_count:
+                                int_with_nulls.add(f.name)
+                finally:
+                    fh.close()
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
+                raise _WrongEncoding from None
+            hit = _conversion_column(exc, names)
+            if hit is None:
+                raise ReadError(src.path, f"cannot parse {_what(delimiter)}: {exc}") from None
+            name, target = hit
+            types[name] = pa.float64() if target in ("null", "int64") else pa.string()
+            continue
+        if bad:
+            raise _ragged_error(src, delimiter, len(names), bad)
+        if n_rows == 0:
+            raise ReadError(src.path, _NO_ROWS, line=2)
+        for f in schema:
+            types.setdefault(f.name, f.type)
+        return types, int_with_nulls
+    raise ReadError(src.path, "cannot settle the column types")  # pragma: no cover
+
+
+def _csv_reader(src, head, delimiter, columns, chunksize) -> _Frames:
+    if chunksize is None:
+        return lambda: iter([_csv_table(src, head, delimiter, columns)])
+    return _try_encodings(_csv_stream, src, head, delimiter, columns, chunksize)
+
+
+def _csv_stream(src, head, delimiter, columns, chunksize) -> _Frames:
+    import pyarrow.csv as pacsv
+
+    names = _csv_header(src, head, delimiter)
+    _check_columns(src.path, names, columns)
+    types, int_with_nulls = _stream_types(src, names, delimiter, columns)
+    for name in int_with_nulls:
+        types[name] = pa.float64()
+
+    def frames() -> Iterator[pd.DataFrame]:
+        bad: list = []
+        opts = _csv_options(src, names, delimiter, columns, types, True, bad)
+        with src.errors():
+            fh = src.open()
+            try:
+                for batch in pacsv.open_csv(fh, **opts):
+                    yield _to_pandas(pa.Table.from_batches([batch]))
+            finally:
+                fh.close()
+
+    return lambda: _rechunk(frames(), chunksize)

@@ -1,0 +1,117 @@
+"""Many files, one per gateway: :func:`gateway_files`, :func:`gateway_id`, :func:`read_many`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedep.data.readers.detect import _FORMAT_SUFFIX, _strip_suffixes
+from fedep.data.readers.source import ReadError
+from fedep.data.readers.table import read_table
+
+
+def gateway_id(path: str | os.PathLike) -> str:
+    """A gateway id from a file name: the name without known suffixes.
+
+    ``conn.log.gz`` -> ``conn``, ``gw-03.csv`` -> ``gw-03``, ``site.a.parquet`` -> ``site.a``.
+    """
+    name = Path(path).name
+    while True:
+        stem, removed = _strip_suffixes(name)
+        if not removed or stem == name:
+            return stem
+        if any(s in _FORMAT_SUFFIX for s in removed):
+            return stem
+        name = stem
+
+
+def _supported(path: Path) -> bool:
+    _stem, removed = _strip_suffixes(path.name)
+    return any(s in _FORMAT_SUFFIX for s in removed)
+
+
+def gateway_files(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """Expand files and directories into the list of files to read, one per gateway.
+
+    Parameters
+    ----------
+    path_or_paths : path or iterable of paths
+        A file is kept as given; a directory contributes its (non-hidden) files with a
+        supported extension (``.csv .tsv .tab .txt .log .json .jsonl .ndjson .parquet
+        .pq .feather .arrow .ipc``, optionally followed by ``.gz .bz2 .xz .zst``), sorted
+        by name; subdirectories are not searched.
+
+    Returns
+    -------
+    list of Path
+
+    Raises
+    ------
+    ReadError
+        A path that does not exist, or a directory with no supported file.
+    """
+    if isinstance(path_or_paths, str | os.PathLike):
+        items: list = [path_or_paths]
+    else:
+        items = list(path_or_paths)
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(
+                f
+                for f in p.iterdir()
+                if f.is_file() and not f.name.startswith(".") and _supported(f)
+            )
+            if not found:
+                raise ReadError(p, "directory has no supported flow-record file")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise ReadError(p, "no such file or directory")
+    return out
+
+
+def read_many(
+    paths: str | os.PathLike | Iterable[str | os.PathLike], **kwargs: Any
+) -> dict[str, pd.DataFrame]:
+    """Read one file per gateway.
+
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        Files and/or directories, expanded by :func:`gateway_files`.
+    **kwargs
+        Passed to :func:`read_table` (``format``, ``delimiter``, ``infinity``,
+        ``columns``; not ``chunksize``).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        Gateway id (:func:`gateway_id`, e.g. ``conn.log.gz`` -> ``conn``) to its table, in
+        file order. Files whose ids collide are keyed by their full file names instead.
+
+    Raises
+    ------
+    ReadError
+        From :func:`read_table`, or two files with the same file name (naming both).
+    """
+    if "chunksize" in kwargs:
+        raise TypeError("read_many does not stream: read_table(..., chunksize=) per file")
+    files = gateway_files(paths)
+    ids = [gateway_id(f) for f in files]
+    keys: list[str] = []
+    for f, gid in zip(files, ids, strict=True):
+        key = gid if ids.count(gid) == 1 else f.name
+        if key in keys:
+            other = files[keys.index(key)]
+            raise ReadError(
+                f, f"same gateway id {key!r} as {str(other)!r}: rename one of the files"
+            )
+        keys.append(key)
+    return {k: read_table(f, **kwargs) for k, f in zip(keys, files, strict=True)}
