@@ -43,6 +43,8 @@ class SyntheticFederation:
         Entries of ``X_train`` that were grossly corrupted.
     X_train_clean : ndarray of shape (n_train, n_features)
         Training records before corruption.
+    outlier_mask : ndarray of bool, shape (n_train,)
+        Training records replaced by outlier records (``outlier_rate``).
     """
 
     X_train: np.ndarray
@@ -54,6 +56,7 @@ class SyntheticFederation:
     client_bases: np.ndarray
     corruption_mask: np.ndarray
     X_train_clean: np.ndarray
+    outlier_mask: np.ndarray | None = None
 
 
 def _orthonormal(A: np.ndarray) -> np.ndarray:
@@ -75,6 +78,8 @@ def make_federated_data(
     n_test_per_client: int = 50,
     anomaly_rate: float = 0.2,
     anomaly_scale: float = 1.5,
+    outlier_rate: float = 0.0,
+    outlier_scale: float = 1.5,
     random_state: int | np.random.Generator | None = 0,
 ) -> SyntheticFederation:
     """Generate a federation with a planted shared subspace.
@@ -105,6 +110,13 @@ def make_federated_data(
     anomaly_scale : float, default=1.5
         Norm of the off-subspace offset of an anomaly, relative to the typical norm
         of a normal record.
+    outlier_rate : float, default=0.0
+        Fraction of training *records* replaced by outlier records (unlabelled
+        contamination, like attacks in training traffic): two tight clusters, each
+        offset from a random normal record along one fixed direction orthogonal to
+        the shared subspace, by ``outlier_scale`` times the typical record norm.
+        Drawn after everything else, so ``0`` leaves the other arrays unchanged.
+    outlier_scale : float, default=1.5
     random_state : int, Generator or None, default=0
 
     Returns
@@ -154,8 +166,18 @@ def make_federated_data(
         Xt.append(T)
         yt.append(y)
         gt.append(np.full(n_test_per_client, i))
+    X_train = np.vstack(Xs)
+    outliers = np.zeros(X_train.shape[0], dtype=bool)
+    if outlier_rate > 0:
+        outliers = rng.random(X_train.shape[0]) < outlier_rate
+        dirs = rng.standard_normal((n, 2))
+        dirs -= V @ (V.T @ dirs)
+        dirs /= np.linalg.norm(dirs, axis=0)
+        typical = np.sqrt((base_sd**2).sum())
+        which = rng.integers(0, 2, outliers.sum())
+        X_train[outliers] = X_train[outliers] + outlier_scale * typical * dirs[:, which].T
     return SyntheticFederation(
-        X_train=np.vstack(Xs),
+        X_train=X_train,
         groups_train=np.concatenate(gs),
         X_test=np.vstack(Xt),
         y_test=np.concatenate(yt),
@@ -164,4 +186,5 @@ def make_federated_data(
         client_bases=np.stack(Wc),
         corruption_mask=np.vstack(Ms),
         X_train_clean=np.vstack(Xcs),
+        outlier_mask=outliers,
     )

@@ -511,6 +511,11 @@ def run_federation(
             f"method {method} has no rounds to federate; Flower runs fedep, fedpg and the "
             "FedEP ablation cases"
         )
+    if est.trim_steps:
+        raise ValueError(
+            "trim-steps is not supported over Flower yet (record trimming runs in-process "
+            "only); set trim-steps 0"
+        )
     timeout = float(cfg["round-timeout-s"])
     min_clients = max(1, int(cfg["min-clients"]))
     nodes = _wait_for_nodes(grid, int(cfg["min-nodes"]), float(cfg["node-wait-s"]))

@@ -1,0 +1,515 @@
+"""The base detector: validation, federated standardisation, fitted state, scoring.
+
+One definition of a fitted detector (:meth:`BaseFederatedDetector._set_fitted` then
+:meth:`BaseFederatedDetector._process_decision_scores`), used by ``fit``, by loading
+(:mod:`fedep.persistence`) and by a Flower gateway. Subclasses supply the basis
+(``_fit_clients``) through hooks.
+"""
+
+from __future__ import annotations
+
+import time
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from scipy.special import erf
+from sklearn.base import BaseEstimator, clone
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from fedep.core.baselines import client_sketch, oneshot_merge
+from fedep.core.scoring import feature_contributions, residual_energy
+from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
+from fedep.core.stiefel import random_stiefel
+from fedep.core.trimming import (
+    ScoreCounts,
+    estimate_contamination,
+    kept_count,
+    log_scores,
+    order_statistic,
+    ppca_from_sums,
+)
+from fedep.features import FeaturePipeline
+from fedep.params import validate_params
+
+#: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
+ABLATION_CASES: dict[str, dict[str, Any]] = {
+    "I": {"sparse_corruption": False, "beta": 0.0},
+    "II": {"sparse_corruption": True, "beta": 0.0},
+    "III": {"sparse_corruption": False},
+    "IV": {},
+}
+
+#: The arrays that make a detector fitted (and that a model file stores), with the
+#: scalars ``threshold_`` and ``n_features_in_``: see ``_set_fitted``.
+FITTED_ARRAYS = (
+    "components_",
+    "client_components_",
+    "clients_",
+    "mean_",
+    "scale_",
+    "constant_features_",
+    "client_thresholds_",
+)
+
+_POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
+_COMMON_CONSTRAINTS: dict = {
+    "n_components": _POSITIVE_INT,
+    "features": [StrOptions({"auto", "numeric"}), FeaturePipeline],
+    "standardize": ["boolean"],
+    "contamination": [StrOptions({"auto"}), Interval(Real, 0.0, 0.5, closed="right")],
+    "trim_steps": [Interval(Integral, 0, None, closed="left")],
+    "trim_share": [Interval(Real, 0.0, 0.5, closed="neither"), None],
+    "random_state": ["random_state"],
+}
+_FEDERATION_CONSTRAINTS: dict = {
+    "n_rounds": _POSITIVE_INT,
+    "tol": [Interval(Real, 0.0, None, closed="left")],
+    "client_fraction": [Interval(Real, 0.0, 1.0, closed="right")],
+    "init": [StrOptions({"random", "oneshot"})],
+    "callback": [callable, None],
+}
+
+
+def _check_groups(groups, n: int) -> np.ndarray:
+    """One client id per row of X, as a 1-D array without NaN/inf."""
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.shape[0] != n:
+        raise ValueError(
+            f"groups must be 1-D with one client id per row of X ({n} rows); "
+            f"got shape {groups.shape}"
+        )
+    if groups.dtype.kind == "f" and not np.isfinite(groups).all():
+        raise ValueError("groups holds NaN or inf client ids")
+    return groups
+
+
+class BaseFederatedDetector(BaseEstimator):
+    """Shared machinery: validation, federated standardisation, scoring, thresholds.
+
+    Subclasses declare ``_parameter_constraints`` (the one parameter table: see
+    :mod:`fedep.params`) and implement ``_fit_clients(blocks, rng)`` returning the
+    global basis (n_features, n_components) and the per-client bases
+    (d, n_features, n_components). A detector is fitted by :meth:`_set_fitted` (the
+    arrays of :data:`FITTED_ARRAYS`) followed by :meth:`_process_decision_scores`
+    (the threshold rule), whether by ``fit``, by a Flower gateway or by loading.
+    """
+
+    _parameter_constraints: dict = dict(_COMMON_CONSTRAINTS)
+
+    #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
+    _persist_scalars: tuple[str, ...] = ("contamination_", "score_mean_", "score_std_")
+
+    def _validate_params(self):
+        validate_params(self)
+
+    def _split_clients(self, X, groups):
+        n = X.shape[0]
+        if groups is None:
+            labels = np.array([0])
+            inverse = np.zeros(n, dtype=int)
+        else:
+            groups = _check_groups(groups, n)
+            labels, inverse = np.unique(groups, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        counts = np.bincount(inverse, minlength=labels.size)
+        r = self.n_components
+        small = np.flatnonzero(counts < max(r, 2))
+        if small.size:
+            c = labels[small[0]].tolist()
+            raise ValueError(
+                f"client {c!r} has {counts[small[0]]} rows; every client needs at least "
+                f"max(n_components, 2) = {max(r, 2)} rows"
+            )
+        ends = np.cumsum(counts)
+        blocks = [X[order[e - c : e]] for c, e in zip(counts, ends, strict=True)]
+        return labels, blocks, inverse
+
+    def fit(self, X, y=None, groups=None):
+        """Fit the detector on records spread over clients.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training records (no NaN or inf).
+        y : ignored
+            Present for API consistency (unsupervised).
+        groups : array-like of shape (n_samples,), optional
+            Client (gateway) id of each row; all rows form one client if omitted.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X, pipe, names_in = self._fit_input(X, groups)
+        if self.n_components > X.shape[1]:
+            raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
+        rng = np.random.default_rng(self.random_state)
+        labels, blocks, inverse = self._split_clients(X, groups)
+        t0 = time.perf_counter()
+        keep, V = None, None
+        self.trim_history_ = []
+        mean0, scale, constant = self._standardization(blocks, pipe)
+        located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
+        for step in range(self.trim_steps + 1):
+            kept = blocks if keep is None else [b[k] for b, k in zip(blocks, keep, strict=True)]
+            # The location is fitted on the kept records (part of the trimmed objective);
+            # the units (scale) stay those of every record, so that the objective of
+            # successive steps is comparable and the C-steps descend.
+            mean = mean0 if located else combine_moments(client_moments(b) for b in kept).mean
+            # Set before the rounds, so that a callback can score with them.
+            self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
+            V, Wc = self._fit_clients([(b - mean) / scale for b in kept], rng, V)
+            if step == self.trim_steps:
+                break
+            Zb = [(b - mean) / scale for b in blocks]
+            new_keep, record = self._selection_step(Zb, V, keep)
+            self.trim_history_.append(record)
+            if keep is not None and all(map(np.array_equal, new_keep, keep)):
+                break
+            keep = new_keep
+        self.n_trim_steps_ = len(self.trim_history_)
+        self.fit_time_ = time.perf_counter() - t0
+        self._set_fitted(
+            components=V.T,
+            client_components=np.swapaxes(Wc, 1, 2),
+            clients=labels,
+            mean=mean,
+            scale=scale,
+            constant_features=constant,
+            feature_names=names_in,
+            features=pipe,
+        )
+        self._process_decision_scores((X - mean) / scale, [(b - mean) / scale for b in blocks])
+        return self
+
+    def _uses_pipeline(self, X) -> bool:
+        """Whether ``fit`` on ``X`` goes through a :class:`FeaturePipeline`."""
+        import pandas as pd
+
+        return isinstance(X, pd.DataFrame) and not (
+            isinstance(self.features, str) and self.features == "numeric"
+        )
+
+    def _fit_input(self, X, groups):
+        """The numeric training matrix, the fitted pipeline (or None) and the raw columns.
+
+        A DataFrame with ``features="auto"`` (or a :class:`FeaturePipeline`) is encoded
+        by a pipeline fitted per gateway (``groups``) without pooling rows; anything else
+        is today's numeric path (``validate_data``, which also sets the feature names).
+        """
+        if not self._uses_pipeline(X):
+            X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=True)
+            return X, None, None
+        if groups is not None:
+            groups = _check_groups(groups, X.shape[0])
+        pipe = FeaturePipeline() if isinstance(self.features, str) else clone(self.features)
+        pipe.fit(X, groups=groups)
+        Z = pipe.transform(X)
+        if Z.shape[1] == 0:
+            raise ValueError(
+                "the feature pipeline kept no column of X (see features_.decisions_ or "
+                "pass features='numeric' / FeaturePipeline(include=...))"
+            )
+        Z = check_array(Z, dtype=np.float64, ensure_min_samples=2)
+        return Z, pipe, [str(c) for c in X.columns]
+
+    def _standardization(self, blocks, pipe=None):
+        """Federated standardisation: each client sends (count, mean, m2) per feature.
+
+        With a feature pipeline that scales, its own federated scaling replaces this
+        one (mean 0, scale 1).
+        """
+        pooled = combine_moments(client_moments(b) for b in blocks)
+        mean, scale, constant = standardization_from_moments(pooled)
+        if pipe is not None and pipe.scale_rule is not None:
+            mean, scale = np.zeros_like(mean), np.ones_like(scale)
+        elif not self.standardize:
+            scale = np.ones_like(scale)
+        return mean, scale, constant
+
+    def _selection_step(self, blocks, V, keep):
+        """The C-step's selection (:mod:`fedep.core.trimming`), from sums and counts only.
+
+        ``blocks`` are the clients' records standardised and centred at the kept mean;
+        ``keep`` (None: all) the rows the fit used. Each client sends its kept count,
+        per-component sums of squared coordinates in ``V`` and its kept residual
+        energy: the server forms the PPCA variances. Each client computes the PPCA
+        distance of every record; the server estimates the contamination share
+        (``"auto"``) and finds, from counts of distances, the cut keeping ``h = N -
+        round(share N)`` records; each client keeps its records at or below the cut,
+        and at least ``max(n_components, 2)`` of its own (its lowest distances), so
+        that it can still fit.
+
+        Returns
+        -------
+        keep : list of ndarray of bool
+            Kept rows per client.
+        record : dict
+            ``share`` trimmed, ``n_kept`` and ``objective`` (the trimmed PPCA
+            objective ``L(K_new, theta)`` at this fit).
+        """
+        if keep is None:
+            keep = [np.ones(b.shape[0], dtype=bool) for b in blocks]
+        T = [b @ V for b in blocks]
+        res = [residual_energy(b, V) for b in blocks]
+        lam, sigma2 = ppca_from_sums(
+            sum(int(k.sum()) for k in keep),
+            sum((t[k] ** 2).sum(axis=0) for t, k in zip(T, keep, strict=True)),
+            sum(float(e[k].sum()) for e, k in zip(res, keep, strict=True)),
+            V.shape[0],
+        )
+        dist = [(t**2 / lam).sum(axis=1) + e / sigma2 for t, e in zip(T, res, strict=True)]
+        logs = [log_scores(x) for x in dist]
+        counts = ScoreCounts(logs)
+        if self.trim_share is not None:
+            share = float(self.trim_share)
+        elif self.contamination == "auto":
+            share = estimate_contamination(ScoreCounts([log_scores(e) for e in res]))
+        else:
+            share = float(self.contamination)
+        h = kept_count(counts.n, share)
+        cut = order_statistic(counts.le, h, counts.lo, counts.hi)
+        m = max(self.n_components, 2)
+        new = []
+        for ls in logs:
+            k = ls <= cut
+            if k.sum() < m:
+                k = np.zeros_like(k)
+                k[np.argsort(ls, kind="stable")[:m]] = True
+            new.append(k)
+        kept = np.concatenate([x[k] for x, k in zip(dist, new, strict=True)])
+        logdet = float(np.log(lam).sum() + (V.shape[0] - V.shape[1]) * np.log(sigma2))
+        record = {
+            "share": share,
+            "n_kept": int(kept.size),
+            "objective": float(kept.sum() + kept.size * logdet),
+        }
+        return new, record
+
+    # ------------------------------------------------------------------ fitted state
+    def _set_fitted(
+        self,
+        *,
+        components,
+        client_components,
+        clients,
+        mean,
+        scale,
+        constant_features,
+        feature_names=None,
+        features=None,
+    ) -> None:
+        """Make this detector fitted: the one place the fitted arrays are set.
+
+        Parameters
+        ----------
+        components : ndarray of shape (n_components, n_features)
+            Global basis, orthonormal rows.
+        client_components : ndarray of shape (n_clients, n_components, n_features)
+        clients : ndarray of shape (n_clients,)
+        mean, scale : ndarray of shape (n_features,)
+        constant_features : ndarray of bool, shape (n_features,)
+        feature_names : sequence of str, optional
+            Sets ``feature_names_in_`` (``fit`` sets it itself from a DataFrame on the
+            numeric path). With ``features``: the raw input columns (default: the
+            pipeline's ``feature_names_in_``).
+        features : FeaturePipeline, optional
+            A fitted pipeline whose output the arrays are in: sets ``features_``,
+            ``feature_names_out_`` (its output names) and ``n_features_in_`` = the number
+            of raw input columns. Without it, ``n_features_in_`` is ``n_features`` and
+            ``feature_names_out_`` is ``feature_names_in_`` when there are names.
+        """
+        self.components_ = np.array(components, dtype=float)
+        self.client_components_ = np.array(client_components, dtype=float)
+        self.clients_ = np.asarray(clients)
+        self.mean_ = np.asarray(mean, dtype=float)
+        self.scale_ = np.asarray(scale, dtype=float)
+        self.constant_features_ = np.asarray(constant_features, dtype=bool)
+        self.n_features_in_ = int(self.components_.shape[1])
+        for stale in ("features_", "feature_names_out_"):
+            self.__dict__.pop(stale, None)
+        if features is not None:
+            out = np.asarray(features.get_feature_names_out(), dtype=object)
+            if out.shape[0] != self.n_features_in_:
+                raise ValueError(
+                    f"the feature pipeline has {out.shape[0]} output features, the model "
+                    f"{self.n_features_in_}"
+                )
+            if feature_names is None:
+                feature_names = features.feature_names_in_
+            self.features_ = features
+            self.feature_names_out_ = out
+            self.n_features_in_ = len(feature_names)
+        if feature_names is not None:
+            self.feature_names_in_ = np.asarray([str(c) for c in feature_names], dtype=object)
+        names = getattr(self, "feature_names_in_", None)
+        if features is None and names is not None and len(names) == self.n_features_in_:
+            self.feature_names_out_ = names
+
+    def _process_decision_scores(self, Z, blocks) -> None:
+        """The threshold rule, from training scores only (PyOD's idea of the same name).
+
+        ``decision_scores_`` are the global scores of the standardised training rows
+        ``Z`` (n_samples, n_features); ``contamination_`` the ``contamination``
+        parameter or, for ``"auto"``, its estimate from these scores
+        (:func:`fedep.core.trimming.estimate_contamination`); ``threshold_`` their
+        ``1 - contamination_`` quantile; ``score_mean_``/``score_std_`` their mean and
+        standard deviation (for :meth:`predict_proba`); ``client_thresholds_`` the
+        same quantile of each client's block in
+        ``blocks`` (list of (N_i, n_features), in ``clients_`` order) under its own
+        basis; ``labels_`` the training rows' 0/1 flags.
+        """
+        self.decision_scores_ = self._global_scores(Z, residual_energy)
+        if self.contamination == "auto":
+            counts = ScoreCounts([log_scores(self.decision_scores_)])
+            self.contamination_ = estimate_contamination(counts)
+        else:
+            self.contamination_ = float(self.contamination)
+        q = 1.0 - self.contamination_
+        self.score_mean_ = float(np.mean(self.decision_scores_))
+        self.score_std_ = float(np.std(self.decision_scores_))
+        self.threshold_ = float(np.quantile(self.decision_scores_, q))
+        self.client_thresholds_ = np.array(
+            [
+                np.quantile(residual_energy(b, self.client_components_[i].T), q)
+                for i, b in enumerate(blocks)
+            ]
+        )
+        self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
+
+    # ------------------------------------------------------------------ hooks
+    def _fit_clients(self, blocks, rng, V0=None):  # pragma: no cover - abstract
+        """Global basis (n_features, r) and client bases (d, n_features, r) of ``blocks``;
+        ``V0`` (n_features, r), when given, is the previous fit's consensus to start
+        from (a warm start, used by the iterative federations)."""
+        raise NotImplementedError
+
+    def _global_scores(self, Z, fn):
+        """``fn(Z, basis)`` for rows of no known client (hook: LocalPCA averages)."""
+        return fn(Z, self.components_.T)
+
+    def _init_basis(self, blocks, rng):
+        n = blocks[0].shape[1]
+        if self.init == "random":
+            return random_stiefel(n, self.n_components, rng)
+        return oneshot_merge(
+            [client_sketch(b, self.n_components) for b in blocks], self.n_components
+        )
+
+    # ------------------------------------------------------------------ scoring
+    def _transform_input(self, X):
+        """Model coordinates of ``X``: through ``features_`` if fitted with a pipeline
+        (a DataFrame by column name, any order, extra columns ignored; an array must
+        hold the ``feature_names_in_`` columns in that order), else validated as numbers
+        and z-scored with ``mean_`` / ``scale_``."""
+        check_is_fitted(self, "components_")
+        pipe = getattr(self, "features_", None)
+        if pipe is None:
+            X = validate_data(self, X, dtype=np.float64, reset=False)
+            return (X - self.mean_) / self.scale_
+        import pandas as pd
+
+        if not isinstance(X, pd.DataFrame):
+            X = np.asarray(X)
+            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has shape {X.shape}, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input (the columns "
+                    "feature_names_in_, or a DataFrame)"
+                )
+            X = pd.DataFrame(X, columns=list(self.feature_names_in_), copy=False)
+        return (pipe.transform(X) - self.mean_) / self.scale_
+
+    def _client_index(self, groups, n):
+        groups = _check_groups(groups, n)
+        pos = np.searchsorted(self.clients_, groups)
+        pos = np.clip(pos, 0, self.clients_.size - 1)
+        known = self.clients_[pos] == groups
+        return np.where(known, pos, -1)
+
+    def _apply(self, X, groups, fn):
+        Z = self._transform_input(X)
+        out = self._global_scores(Z, fn)
+        if groups is None:
+            return out
+        idx = self._client_index(groups, Z.shape[0])
+        for c in np.unique(idx[idx >= 0]):
+            rows = idx == c
+            out[rows] = fn(Z[rows], self.client_components_[c].T)
+        return out
+
+    def decision_function(self, X, groups=None):
+        """Anomaly score (residual energy) of each record; higher = more anomalous.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        groups : array-like of shape (n_samples,), optional
+            Client id per row: each row is scored by its client's personalised basis
+            (rows of unknown clients by the global basis). Omitted: global basis.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        return self._apply(X, groups, residual_energy)
+
+    def score_samples(self, X, groups=None):
+        """Opposite of :meth:`decision_function` (scikit-learn sign: higher = more normal)."""
+        return -self.decision_function(X, groups)
+
+    def feature_contributions(self, X, groups=None):
+        """Per-feature share of each record's score, shape (n_samples, n_features).
+
+        Rows sum to :meth:`decision_function`; large entries say which features make a
+        record anomalous.
+        """
+        return self._apply(X, groups, feature_contributions)
+
+    def row_thresholds(self, groups, n_samples):
+        """The threshold each record is flagged at, shape (n_samples,).
+
+        ``threshold_`` for every row without ``groups``; with ``groups``, a known
+        client's own ``client_thresholds_`` entry and ``threshold_`` for unknown ones.
+        """
+        if groups is None:
+            return np.full(n_samples, self.threshold_)
+        idx = self._client_index(groups, n_samples)
+        return np.where(idx >= 0, self.client_thresholds_[np.maximum(idx, 0)], self.threshold_)
+
+    def predict(self, X, groups=None):
+        """0 (normal) / 1 (anomaly) using thresholds learnt from training scores.
+
+        With ``groups``, a row of a known client is compared with that client's own
+        threshold (from its training scores under its personalised basis).
+        """
+        s = self.decision_function(X, groups)
+        return (s > self.row_thresholds(groups, s.shape[0])).astype(int)
+
+    def predict_proba(self, X, groups=None):
+        """Probability of normal / anomaly per record, shape (n_samples, 2).
+
+        PyOD's ``"unify"`` calibration on the training scores: ``P(anomaly) =
+        clip(erf((s - score_mean_) / (score_std_ * sqrt(2))), 0, 1)`` for the score ``s``
+        of :meth:`decision_function`, ``P(normal) = 1 - P(anomaly)``. Monotone in the
+        score; rows sum to 1. (A ranking-consistent score in [0, 1], not a calibrated
+        posterior: ``predict`` uses ``threshold_``, not ``P > 1/2``.)
+        """
+        check_is_fitted(self, "score_mean_")
+        s = self.decision_function(X, groups)
+        std = max(self.score_std_, np.finfo(float).tiny)
+        p = np.clip(erf((s - self.score_mean_) / (std * np.sqrt(2.0))), 0.0, 1.0)
+        return np.column_stack([1.0 - p, p])
+
+    def fit_predict(self, X, y=None, groups=None):
+        """Fit, then return the 0/1 labels of the training records."""
+        return self.fit(X, groups=groups).labels_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.target_tags.required = False
+        return tags

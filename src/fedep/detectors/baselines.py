@@ -1,0 +1,119 @@
+"""The baselines a reviewer asks for: pooled, local-only and one-shot federated PCA."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
+from fedep.detectors.base import _COMMON_CONSTRAINTS, _POSITIVE_INT, BaseFederatedDetector
+
+
+class _ClosedForm(BaseFederatedDetector):
+    """A baseline fitted in closed form (no rounds): the common parameters only.
+
+    Parameters
+    ----------
+    n_components, features, standardize, contamination, trim_steps, trim_share, random_state
+        As in :class:`fedep.FedEP`.
+    """
+
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        features="auto",
+        standardize=True,
+        contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.features = features
+        self.standardize = standardize
+        self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
+        self.random_state = random_state
+
+
+class PooledPCA(_ClosedForm):
+    """Centralised PCA on the pooled records: the upper bound a federation is compared with.
+
+    ``groups`` only sets the per-client thresholds; the basis ignores them (this
+    baseline moves every record to one place, which a federation must not do).
+    """
+
+    def _fit_clients(self, blocks, rng, V0=None):
+        V = pooled_pca(np.vstack(blocks), self.n_components)
+        return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
+
+
+class LocalPCA(_ClosedForm):
+    """Local-only PCA: every client fits its own subspace, nothing is shared.
+
+    Scoring with ``groups`` uses each client's own basis. Without ``groups`` (a record
+    of no known gateway) the score is the mean of the clients' residual energies,
+    stored as ``components_``-free scoring; ``components_`` holds the top subspace of
+    the average client projector for reference.
+    """
+
+    def _fit_clients(self, blocks, rng, V0=None):
+        G = np.stack([b.T @ b for b in blocks])
+        Wc = local_pca(G, self.n_components)
+        P = np.mean(Wc @ np.swapaxes(Wc, 1, 2), axis=0)
+        V = local_pca(P[None], self.n_components)[0]
+        return V, Wc
+
+    def _global_scores(self, Z, fn):
+        # A record of no known gateway: the mean of the clients' scores.
+        return np.mean([fn(Z, B.T) for B in self.client_components_], axis=0)
+
+
+class OneShotPCA(BaseFederatedDetector):
+    """One-shot federated PCA: clients send ``U_k Sigma_k`` once, the server merges.
+
+    Parameters
+    ----------
+    n_components : int, default=5
+    sketch_rank : int or None, default=None
+        Rank ``k`` of each client's sketch (default ``2 * n_components``); ``k`` equal to
+        ``n_features`` reproduces pooled PCA exactly.
+    features, standardize, contamination, trim_steps, trim_share, random_state
+        As in :class:`FedEP`.
+    """
+
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        sketch_rank=None,
+        features="auto",
+        standardize=True,
+        contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.sketch_rank = sketch_rank
+        self.features = features
+        self.standardize = standardize
+        self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
+        self.random_state = random_state
+
+    _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}
+
+    def _validate_params(self):
+        super()._validate_params()
+        if self.sketch_rank is not None and self.sketch_rank < self.n_components:
+            raise ValueError(
+                f"sketch_rank must be >= n_components={self.n_components}; got {self.sketch_rank!r}"
+            )
+
+    def _fit_clients(self, blocks, rng, V0=None):
+        k = 2 * self.n_components if self.sketch_rank is None else self.sketch_rank
+        V = oneshot_merge([client_sketch(b, k) for b in blocks], self.n_components)
+        return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()

@@ -1,0 +1,371 @@
+"""The iterative federations: FedEP and FedPG, through the one round loop."""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Real
+
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from fedep.core.cohort import cohort_spec, make_cohort
+from fedep.core.fedep import FedEPSettings
+from fedep.core.fedpg import FedPGSettings
+from fedep.core.stiefel import polar
+from fedep.detectors.base import (
+    _COMMON_CONSTRAINTS,
+    _FEDERATION_CONSTRAINTS,
+    _POSITIVE_INT,
+    BaseFederatedDetector,
+)
+from fedep.federation.rounds import run_rounds
+
+
+class _FederatedMixin:
+    """The iterative federations (FedEP, FedPG): one cohort, the one round loop."""
+
+    #: The server step of :func:`fedep.federation.server.server_round`.
+    _method = ""
+
+    def _cohort_spec(self) -> dict:  # pragma: no cover - abstract
+        """These parameters as the core's cohort specification (:mod:`fedep.core.cohort`)."""
+        raise NotImplementedError
+
+    def _make_cohort(self, blocks, V0):
+        """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
+        return make_cohort(self._cohort_spec(), blocks, V0)
+
+    def _run_rounds(self, clients, V0, rng, on_round=None):
+        """The one round loop with these parameters, over in-process or remote clients."""
+        return run_rounds(
+            clients,
+            self._method,
+            V0,
+            n_rounds=self.n_rounds,
+            tol=self.tol,
+            client_fraction=self.client_fraction,
+            rng=rng,
+            on_round=on_round,
+            aggregation=self.aggregation,
+        )
+
+    def _fit_clients(self, blocks, rng, V0=None):
+        if V0 is None:
+            V0 = self._init_basis(blocks, rng)
+        cohort = self._make_cohort(blocks, V0)
+        res = self._run_rounds(cohort, V0, rng, self.callback)
+        self._set_federation_result(res)
+        return polar(res.V), cohort.state_arrays()["W"]
+
+    def _set_federation_result(self, res, *, warn: bool = True) -> None:
+        """History, rounds and stop reason of a federation (in-process or Flower)."""
+        if warn and res.stop_reason != "converged" and self.tol > 0:
+            why = (
+                f"at the round cap n_rounds={self.n_rounds}"
+                if res.stop_reason == "max_rounds"
+                else f"({res.stop_reason}) after {res.n_rounds} rounds"
+            )
+            warnings.warn(
+                f"{type(self).__name__} stopped {why} before reaching tol={self.tol}; "
+                "increase n_rounds or tol",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        self.history_ = res.history
+        self.n_iter_ = res.n_rounds
+        self.stop_reason_ = res.stop_reason
+        self.consensus_ = res.V
+
+
+class FedEP(_FederatedMixin, BaseFederatedDetector):
+    """Personalised, robust federated PCA detector (FedEP, Xiu et al.).
+
+    Solves ``min sum_i ||(I - W_i W_i^T)(X_i - S_i)||^2 + alpha ||S_i||_1 +
+    beta_i ||W_i||_{2,1}`` s.t. ``W_i = V``, ``W_i^T W_i = I`` by ADMM with a manifold
+    proximal gradient W-step (see :mod:`fedep.core.fedep`).
+
+    Parameters
+    ----------
+    n_components : int, default=5
+        Rank of the normal-traffic subspace.
+    alpha : float, default=1.0
+        Weight of ``||S||_1``. On standardised data, training entries whose residual
+        exceeds ``alpha / 2`` are absorbed by ``S`` as corruption.
+    beta : float, default=1e-3
+        Weight of the row-sparsity term ``||W||_{2,1}``; per record when
+        ``penalty_scaling="relative"`` (``beta_i = beta * N_i``).
+    mu : float, default=3.0
+        ADMM penalty of ``X - S - U = 0`` (> 0).
+    nu : float, default=1.0
+        ADMM penalty of ``W_i = V`` (> 0); with ``penalty_scaling="relative"`` in units
+        of each client's largest Gram eigenvalue.
+    sparse_corruption : bool, default=True
+        Model sparse corruption ``S`` (False: ``S = 0``; ablation Cases I and III).
+    penalty_scaling : {"relative", "paper"}, default="relative"
+        ``"paper"`` uses ``beta`` and ``nu`` literally for every client.
+    consensus_weights : {"auto", "curvature", "samples", "uniform"}, default="auto"
+        Per-client consensus penalties ``nu_i`` and so the weights of the server's
+        V-step ``V = sum_i (nu_i W_i + Pi_i) / sum_i nu_i`` (its exact minimiser):
+        ``"curvature"`` ``nu_i = nu * ||X_i||_2^2``; ``"samples"`` ``nu_i = nu * N_i``
+        (sample-weighted; ``nu`` is then per record); ``"uniform"`` ``nu_i = nu``
+        (plain mean). ``"auto"``: ``"curvature"`` with ``penalty_scaling="relative"``,
+        ``"uniform"`` with ``"paper"``.
+    aggregation : {"mean", "median", "trimmed"}, default="mean"
+        Server step: ``"mean"`` is the exact V-step above; ``"median"`` (geometric
+        median of the proposals ``W_i + Pi_i / nu_i``) and ``"trimmed"`` (drops the 20%
+        of clients whose spans are farthest from the others', then the V-step of the
+        rest) bound what a few compromised gateways can do to the global basis (see
+        :mod:`fedep.core.aggregation`).
+    n_rounds : int, default=100
+        Communication-round cap.
+    tol : float, default=1e-5
+        Stop when the relative consensus, data and dual residuals are all below it.
+    inner_max_iter : int, default=2
+        ManPG iterations per W-step (T_max). The W-step is warm-started from the
+        previous round (point and SSN multiplier), so a couple of iterations per
+        round suffice: an inexact ADMM whose rounds are cheap (see the benchmark).
+    client_fraction : float, default=1.0
+        Fraction of clients taking part in each round.
+    init : {"random", "oneshot"}, default="random"
+        Initial consensus: a random orthonormal basis, or one-shot merged client SVDs.
+    features : {"auto", "numeric"} or FeaturePipeline, default="auto"
+        How a pandas DataFrame becomes model features. ``"auto"`` fits a
+        :class:`~fedep.features.FeaturePipeline` per gateway without pooling rows
+        (log1p of heavy-tailed counts, one-hot of small-vocabulary text, identifiers,
+        addresses, timestamps and labels dropped, federated scaling), kept as
+        ``features_``; ``"numeric"`` takes every column as a number (z-scored when
+        ``standardize``); a FeaturePipeline instance is used (cloned) as the pipeline.
+        An ndarray is always taken as numbers. With a pipeline, its scaling replaces
+        ``standardize`` (``mean_`` = 0, ``scale_`` = 1) unless its ``scale_rule`` is None.
+    standardize : bool, default=True
+        Z-score features with global statistics aggregated from per-client moments.
+    contamination : "auto" or float, default=0.05
+        Share of anomalies in the training data; sets ``threshold_`` (its ``1 -
+        contamination`` quantile of the training scores) and the share trimmed by
+        ``trim_steps``. ``"auto"`` estimates it without labels from the training
+        scores (the share whose log-score is over ``median + 3 * 1.4826 * MAD``; see
+        :mod:`fedep.core.trimming`) and stores it as ``contamination_``.
+    trim_steps : int, default=0
+        Concentration steps of record trimming (0: fit on every record). After a fit,
+        each client scores its own records, the server finds from counts of scores
+        the cut that trims the ``contamination`` share of all records, each client
+        drops its records above the cut and the model is refitted on the rest
+        (warm-started), until the kept set stops changing or after ``trim_steps``
+        refits. Records are ranked by their distance under the probabilistic PCA of
+        the kept records (in-subspace and residual parts): trimmed PPCA, robust to
+        whole anomalous records such as attacks in unlabelled training traffic (see
+        :mod:`fedep.core.trimming`). Scores stay the residual energy.
+    trim_share : float in (0, 0.5) or None, default=None
+        Share of records trimmed at each concentration step (None: the
+        ``contamination`` share, estimated for ``"auto"``). Trimming more than the
+        expected contamination is the safe side: clustered attacks at a share close to
+        the trimmed one survive trimming.
+    random_state : int, Generator or None, default=None
+        Seeds the initial basis and client sampling.
+    callback : callable or None, default=None
+        ``callback(round, V, record)`` after each round, with the consensus ``V``
+        (n_features, n_components) in standardised units (``mean_`` and ``scale_``
+        are set before the first round) and the round's record (progress display,
+        per-round evaluation).
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Global basis (orthonormal rows): polar factor of the consensus ``V``.
+    client_components_ : ndarray of shape (n_clients, n_components, n_features)
+        Personalised bases ``W_i^T``.
+    clients_ : ndarray of shape (n_clients,)
+        Client ids in the order of ``client_components_``.
+    mean_, scale_ : ndarray of shape (n_features,)
+    features_ : FeaturePipeline
+        The fitted feature pipeline (only when fitted on a DataFrame through one).
+    feature_names_in_ : ndarray of str
+        Columns of the training DataFrame (raw columns when a pipeline is used).
+    feature_names_out_ : ndarray of str
+        Names of the model's features (columns of ``components_`` and of
+        :meth:`feature_contributions`): the pipeline's output names, else
+        ``feature_names_in_``.
+    threshold_ : float
+    client_thresholds_ : ndarray of shape (n_clients,)
+    decision_scores_ : ndarray of shape (n_samples,)
+    contamination_ : float
+        The share used for ``threshold_`` (``contamination`` or its estimate).
+    score_mean_, score_std_ : float
+        Mean and standard deviation of ``decision_scores_`` (for ``predict_proba``).
+    trim_history_ : list of dict
+        One record per concentration step (``share``, ``n_kept``,
+        ``objective``: the trimmed PPCA objective); ``n_trim_steps_`` their number.
+    history_ : list of dict
+        Per-round objective, augmented Lagrangian, residuals, iterations, time.
+    n_iter_ : int
+        Rounds run.
+    stop_reason_ : str
+    """
+
+    _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
+    _method = "fedep"
+    _parameter_constraints: dict = {
+        **_COMMON_CONSTRAINTS,
+        **_FEDERATION_CONSTRAINTS,
+        "alpha": [Interval(Real, 0.0, None, closed="neither")],
+        "beta": [Interval(Real, 0.0, None, closed="left")],
+        "mu": [Interval(Real, 0.0, None, closed="neither")],
+        "nu": [Interval(Real, 0.0, None, closed="neither")],
+        "sparse_corruption": ["boolean"],
+        "penalty_scaling": [StrOptions({"relative", "paper"})],
+        "consensus_weights": [StrOptions({"auto", "curvature", "samples", "uniform"})],
+        "aggregation": [StrOptions({"mean", "median", "trimmed"})],
+        "inner_max_iter": _POSITIVE_INT,
+    }
+
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        alpha=1.0,
+        beta=1e-3,
+        mu=3.0,
+        nu=1.0,
+        sparse_corruption=True,
+        penalty_scaling="relative",
+        consensus_weights="auto",
+        aggregation="mean",
+        n_rounds=100,
+        tol=1e-5,
+        inner_max_iter=2,
+        client_fraction=1.0,
+        init="random",
+        features="auto",
+        standardize=True,
+        contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
+        random_state=None,
+        callback=None,
+    ):
+        self.n_components = n_components
+        self.alpha = alpha
+        self.beta = beta
+        self.mu = mu
+        self.nu = nu
+        self.sparse_corruption = sparse_corruption
+        self.penalty_scaling = penalty_scaling
+        self.consensus_weights = consensus_weights
+        self.aggregation = aggregation
+        self.n_rounds = n_rounds
+        self.tol = tol
+        self.inner_max_iter = inner_max_iter
+        self.client_fraction = client_fraction
+        self.init = init
+        self.features = features
+        self.standardize = standardize
+        self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
+        self.random_state = random_state
+        self.callback = callback
+
+    def _cohort_spec(self) -> dict:
+        settings = FedEPSettings(
+            alpha=float(self.alpha),
+            mu=float(self.mu),
+            use_sparse=bool(self.sparse_corruption),
+            inner_max_iter=int(self.inner_max_iter),
+            penalty_scaling=self.penalty_scaling,
+            consensus_weights=self.consensus_weights,
+        )
+        return cohort_spec("fedep", settings, beta=float(self.beta), nu=float(self.nu))
+
+
+class FedPG(_FederatedMixin, BaseFederatedDetector):
+    """FedPG baseline detector: federated PCA on the Grassmann manifold (Nguyen et al.).
+
+    Parameters
+    ----------
+    n_components : int, default=5
+    lr : float or None, default=None
+        Local Riemannian step; None gives each client ``N_i / (2 ||X_i||_2^2 + rho)``.
+        The authors' value is 1e-4.
+    rho : float, default=0.01
+        ADMM penalty (authors' default).
+    local_epochs : int, default=30
+        Local gradient steps per round (authors' default).
+    consensus_weights : {"uniform", "samples"}, default="uniform"
+        Server average of the clients' bases: the plain mean (the paper) or weighted
+        by each client's number of records ``N_i`` (the authors' code).
+    aggregation : {"mean", "median", "trimmed"}, default="mean"
+        Server step: ``"mean"`` averages the clients' bases (the authors' rule);
+        ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
+        clients whose spans are farthest from the others') bound what a few
+        compromised gateways can do to the global basis.
+    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share
+        As in :class:`FedEP`.
+    random_state, callback
+        As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
+    features
+        As in :class:`FedEP`.
+
+    Attributes
+    ----------
+    Same as :class:`FedEP`.
+    """
+
+    _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
+    _method = "fedpg"
+    _parameter_constraints: dict = {
+        **_COMMON_CONSTRAINTS,
+        **_FEDERATION_CONSTRAINTS,
+        "lr": [Interval(Real, 0.0, None, closed="neither"), None],
+        "rho": [Interval(Real, 0.0, None, closed="left")],
+        "local_epochs": _POSITIVE_INT,
+        "consensus_weights": [StrOptions({"uniform", "samples"})],
+        "aggregation": [StrOptions({"mean", "median", "trimmed"})],
+    }
+
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        lr=None,
+        rho=0.01,
+        local_epochs=30,
+        consensus_weights="uniform",
+        aggregation="mean",
+        n_rounds=100,
+        tol=1e-6,
+        client_fraction=1.0,
+        init="random",
+        features="auto",
+        standardize=True,
+        contamination=0.05,
+        trim_steps=0,
+        trim_share=None,
+        random_state=None,
+        callback=None,
+    ):
+        self.n_components = n_components
+        self.lr = lr
+        self.rho = rho
+        self.local_epochs = local_epochs
+        self.consensus_weights = consensus_weights
+        self.aggregation = aggregation
+        self.n_rounds = n_rounds
+        self.tol = tol
+        self.client_fraction = client_fraction
+        self.init = init
+        self.features = features
+        self.standardize = standardize
+        self.contamination = contamination
+        self.trim_steps = trim_steps
+        self.trim_share = trim_share
+        self.random_state = random_state
+        self.callback = callback
+
+    def _cohort_spec(self) -> dict:
+        settings = FedPGSettings(
+            lr=None if self.lr is None else float(self.lr),
+            rho=float(self.rho),
+            local_epochs=int(self.local_epochs),
+            consensus_weights=self.consensus_weights,
+        )
+        return cohort_spec("fedpg", settings)

@@ -1,0 +1,87 @@
+"""Trimmed PPCA by C-steps and the count-only federated selection, against brute force."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from fedep.core.trimming import (
+    ScoreCounts,
+    _ppca_fit,
+    estimate_contamination,
+    kept_count,
+    log_scores,
+    order_statistic,
+    ppca_distance,
+    ppca_objective,
+    trimmed_ppca,
+)
+
+
+def _brute_force(X, r, h):
+    best = (np.inf, None)
+    for sub in combinations(range(X.shape[0]), h):
+        keep = np.zeros(X.shape[0], dtype=bool)
+        keep[list(sub)] = True
+        val = ppca_objective(X, keep, _ppca_fit(X[keep], r))
+        best = min(best, (val, keep), key=lambda b: b[0])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_order_statistic_from_counts_is_exact(seed):
+    rng = np.random.default_rng(seed)
+    parts = [rng.standard_normal(rng.integers(1, 50)) for _ in range(4)]
+    allv = np.sort(np.concatenate(parts))
+    c = ScoreCounts(parts)
+    for k in (1, 2, allv.size // 2, allv.size - 1, allv.size):
+        t = order_statistic(c.le, k, c.lo, c.hi)
+        assert np.count_nonzero(allv <= t) == k
+        assert allv[k - 1] <= t < (allv[k] if k < allv.size else np.inf)
+
+
+def test_estimate_contamination_counts_match_pooled_rule():
+    rng = np.random.default_rng(0)
+    v = np.concatenate([rng.standard_normal(900), 10 + rng.standard_normal(100)])
+    c = ScoreCounts([v[:300], v[300:700], v[700:]])
+    med = np.median(v)
+    mad = np.median(np.abs(v - med))
+    want = np.mean(v > med + 3 * 1.4826 * mad)
+    assert estimate_contamination(c) == pytest.approx(want, abs=2e-3)
+    assert estimate_contamination(c) == pytest.approx(0.1, abs=0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_c_steps_descend_and_stop_at_a_swap_optimum(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((10, 3)) * [3.0, 1.0, 0.3]
+    h = kept_count(10, 0.2)
+    keep, theta, obj = trimmed_ppca(X, 1, h)
+    assert keep.sum() == h
+    assert np.all(np.diff(obj) <= 1e-9 * np.abs(obj[:-1]).max())
+    # Fixed point: no swap of a kept and a trimmed record lowers L at the current fit.
+    d = ppca_distance(X, *theta)
+    assert d[keep].max() <= d[~keep].min() + 1e-12
+    base = ppca_objective(X, keep, theta)
+    for i in np.flatnonzero(keep):
+        for j in np.flatnonzero(~keep):
+            k2 = keep.copy()
+            k2[[i, j]] = [False, True]
+            assert ppca_objective(X, k2, theta) >= base - 1e-9
+    assert base >= _brute_force(X, 1, h)[0] - 1e-9
+
+
+def test_c_steps_reach_the_brute_force_optimum_on_an_easy_instance():
+    rng = np.random.default_rng(1)
+    X = np.outer(rng.standard_normal(8) * 3, [1.0, 0.5, 0.0]) + 0.05 * rng.standard_normal((8, 3))
+    X = np.vstack([X, [[0.0, 0.0, 2.5], [0.3, -0.1, -2.5]]])  # two outlier records
+    best, best_keep = _brute_force(X, 1, 8)
+    keep, theta, obj = trimmed_ppca(X, 1, 8)
+    assert np.array_equal(keep, best_keep)
+    assert obj[-1] == pytest.approx(best)
+
+
+def test_log_scores_keep_order_and_are_finite():
+    v = np.array([0.0, 1e-300, 1.0, 5.0])
+    ls = log_scores(v)
+    assert np.all(np.isfinite(ls)) and np.all(np.diff(ls) >= 0)

@@ -1,0 +1,82 @@
+"""Record trimming, contamination="auto" and predict_proba on the estimators."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from fedep import FedEP, FedPG, PooledPCA
+from fedep.core.stiefel import projector_distance
+from fedep.data import make_federated_data
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+def _data(rate):
+    return make_federated_data(
+        n_clients=10, n_features=20, n_components=3, n_samples=100, corruption_rate=0.0,
+        non_iid=0.0, client_variation=0.0, anomaly_scale=0.3, outlier_rate=rate,
+        outlier_scale=1.0, random_state=1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", [PooledPCA, FedEP, FedPG])
+@pytest.mark.parametrize("rate", [0.1, 0.2])
+def test_trimming_recovers_the_planted_subspace_under_outlier_records(cls, rate):
+    f = _data(rate)
+    kw = {"random_state": 0, "standardize": False}
+    plain = cls(3, **kw).fit(f.X_train, groups=f.groups_train)
+    trim = cls(3, trim_steps=5, trim_share=0.3, **kw).fit(f.X_train, groups=f.groups_train)
+    d_plain = projector_distance(plain.components_.T, f.basis)
+    d_trim = projector_distance(trim.components_.T, f.basis)
+    assert d_trim < 0.5 * d_plain and d_trim < 0.05
+    auc = [roc_auc_score(f.y_test, e.decision_function(f.X_test)) for e in (plain, trim)]
+    assert auc[1] >= auc[0]
+    assert 1 <= trim.n_trim_steps_ <= 5 and trim.trim_history_[-1]["n_kept"] >= 0.69 * len(
+        f.X_train
+    )
+
+
+def test_trimmed_objective_descends_with_pooled_pca():
+    f = _data(0.2)
+    e = PooledPCA(3, trim_steps=8, trim_share=0.3, standardize=False).fit(f.X_train)
+    obj = [h["objective"] for h in e.trim_history_]
+    assert len(obj) >= 2 and np.all(np.diff(obj) <= 1e-9 * np.abs(obj).max())
+
+
+def test_trim_steps_zero_is_the_untrimmed_fit():
+    f = _data(0.1)
+    a = FedEP(3, random_state=0).fit(f.X_train, groups=f.groups_train)
+    b = FedEP(3, random_state=0, trim_steps=0, trim_share=0.3).fit(f.X_train, groups=f.groups_train)
+    np.testing.assert_array_equal(a.components_, b.components_)
+    assert b.trim_history_ == [] and b.n_trim_steps_ == 0
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.2])
+def test_auto_contamination_on_synthetic_outlier_records(rate):
+    f = _data(rate)
+    e = FedEP(3, contamination="auto", trim_steps=5, standardize=False, random_state=0)
+    e.fit(f.X_train, groups=f.groups_train)
+    assert abs(e.contamination_ - f.outlier_mask.mean()) < 0.03
+    assert e.threshold_ == pytest.approx(np.quantile(e.decision_scores_, 1 - e.contamination_))
+
+
+def test_predict_proba_rows_sum_to_one_and_are_monotone():
+    f = _data(0.1)
+    e = PooledPCA(3).fit(f.X_train, groups=f.groups_train)
+    p = e.predict_proba(f.X_test)
+    assert p.shape == (len(f.X_test), 2)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert np.all((p >= 0) & (p <= 1))
+    order = np.argsort(e.decision_function(f.X_test))
+    assert np.all(np.diff(p[order, 1]) >= 0)
+
+
+def test_new_fitted_scalars_survive_a_model_file(tmp_path):
+    import fedep
+
+    f = _data(0.1)
+    e = FedEP(3, contamination="auto", random_state=0).fit(f.X_train, groups=f.groups_train)
+    fedep.save(e, tmp_path / "m.fedep")
+    m = fedep.load(tmp_path / "m.fedep")
+    assert m.contamination_ == e.contamination_
+    np.testing.assert_allclose(m.predict_proba(f.X_test), e.predict_proba(f.X_test))
