@@ -197,3 +197,30 @@ def _check_signature(raw: bytes, digest: str, verify_key: Any, key_error: list[E
         public.verify(base64.b64decode(sig["signature"], validate=True), msg)
     except (InvalidSignature, ValueError):
         raise _Refuse(bad) from None
+
+
+def sign_digest(digest: str, sign_key: Any) -> dict:
+    """A signature block over a SHA-256 hex ``digest`` (for messages, not files).
+
+    ``sign_key`` as for :func:`fedep.modelfile.write_model_file`.
+    """
+    return _sign(digest, sign_key)
+
+
+def verify_digest(block: dict, digest: str, verify_key: Any) -> None:
+    """Check a block from :func:`sign_digest` against ``digest`` with ``verify_key``.
+
+    Raises
+    ------
+    ValueError
+        One line: malformed, altered, or signed with another key (or an unusable key).
+    """
+    import json
+
+    errors: list[Exception] = []
+    try:
+        _check_signature(json.dumps(block).encode(), digest, verify_key, errors)
+    except _Refuse as exc:
+        raise ValueError(str(exc)) from None
+    if errors:
+        raise ValueError(f"unusable verify key: {errors[0]}")

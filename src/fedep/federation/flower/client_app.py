@@ -37,6 +37,7 @@ from fedep.federation.flower.protocol import (
     load_gateway_data,
     load_gateway_table,
     to_array_record,
+    verify_message,
 )
 
 __all__ = ["app", "gateway_model"]
@@ -138,7 +139,22 @@ def _moments_reply(msg: Message, X: np.ndarray, label: str) -> Message:
     return Message(content, reply_to=msg)
 
 
+def _verified(handler):
+    """Refuse a server message that is unsigned or altered when ``verify-key`` is set."""
+    import functools
+
+    @functools.wraps(handler)
+    def wrapper(msg: Message, context: Context) -> Message:
+        key = str(context.node_config.get("verify-key") or "")
+        if key:
+            verify_message(msg, key)
+        return handler(msg, context)
+
+    return wrapper
+
+
 @app.query("moments")
+@_verified
 def moments(msg: Message, context: Context) -> Message:
     """Per-feature count, mean and sum of squared deviations of the local records.
 
@@ -178,6 +194,7 @@ def moments(msg: Message, context: Context) -> Message:
 
 
 @app.query("summaries")
+@_verified
 def summaries(msg: Message, context: Context) -> Message:
     """Round 1 of the feature pipeline: the column summaries of the raw table (JSON)."""
     from fedep.features import FeaturePipeline
@@ -198,6 +215,7 @@ def summaries(msg: Message, context: Context) -> Message:
 
 
 @app.query("feature_moments")
+@_verified
 def feature_moments(msg: Message, context: Context) -> Message:
     """Round 2 of the feature pipeline: moments of the table's encoded features."""
     pipe = _pipeline(_json_of(msg, "pipeline"))
@@ -217,6 +235,7 @@ def feature_moments(msg: Message, context: Context) -> Message:
 
 
 @app.train("setup")
+@_verified
 def setup(msg: Message, context: Context) -> Message:
     """Receive the global standardisation and the settings; reply a sketch if asked."""
     _ensure_data(context)
@@ -237,6 +256,7 @@ def setup(msg: Message, context: Context) -> Message:
 
 
 @app.train()
+@_verified
 def train(msg: Message, context: Context) -> Message:
     """One local round: the core's ``local_round`` on this gateway's cohort of one."""
     V = arrays_of(msg.content["global"])["V"]
@@ -294,6 +314,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
 
 
 @app.evaluate("finalize")
+@_verified
 def finalize(msg: Message, context: Context) -> Message:
     """Write the personalised model file (``model-path`` of the node config)."""
     arr = arrays_of(msg.content["global"])

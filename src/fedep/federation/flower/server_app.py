@@ -41,6 +41,7 @@ from fedep.core.stiefel import polar, random_stiefel
 from fedep.federation.flower.protocol import (
     arrays_of,
     message_nbytes,
+    sign_message,
     sort_labels,
     to_array_record,
 )
@@ -61,6 +62,7 @@ RUN_KEYS: dict[str, Any] = {
     "round-timeout-s": 120.0,  # longest wait for the replies of one message round
     "max-misses": 1,  # a gateway that misses this many rounds in a row is left out
     "result-path": "",  # JSON written by the ServerApp (history, basis, participants)
+    "sign-key": "",  # sign every message (Ed25519 PEM or hmac:SECRET); gateways verify
 }
 
 #: Run configuration of the ServerApp (``[tool.flwr.app.config]``, ``--run-config``):
@@ -126,6 +128,28 @@ def exchange(
     for mid in pending:
         failed[id_to_node[mid]] = f"no reply within {timeout:g} s"
     return replies, failed, sent, received
+
+
+class SigningGrid:
+    """A grid that signs every message it pushes (gateways with ``verify-key`` check).
+
+    Signatures cover the message type, group and every record (see
+    :func:`~fedep.federation.flower.protocol.content_digest`), so a gateway configured
+    with the server's key refuses a global model, a setup or a query that is unsigned
+    or altered on the way.
+    """
+
+    def __init__(self, grid: Grid, key):
+        self._grid, self._key = grid, key
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            sign_message(m, self._key)
+        return self._grid.push_messages(messages)
+
+    def __getattr__(self, name):
+        return getattr(self._grid, name)
 
 
 def _wait_for_nodes(grid: Grid, n: int, wait_s: float) -> list[int]:
@@ -504,6 +528,11 @@ def run_federation(
         ``callback(round, V, record)`` after each round.
     """
     cfg = {**DEFAULT_RUN_CONFIG, **(run_config or {})}
+    key = str(cfg.get("sign-key") or "")
+    if key:
+        if not key.startswith("hmac:") and not Path(key).is_file():
+            raise ValueError(f"sign-key {key!r} is neither hmac:SECRET nor a key file")
+        grid = SigningGrid(grid, key)
     method = str(cfg["method"])
     est = make_estimator(method, params_from_run_config(cfg, method))
     if not hasattr(est, "_make_cohort"):
