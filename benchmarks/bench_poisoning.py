@@ -93,8 +93,8 @@ class PoisonedCohort:
         return rep
 
 
-def load(data_dir: str, d: int, seed: int, attack_dims: int = 1):
-    ds = load_dataset("nsl-kdd", data_dir, feature_set="rich")
+def load(data_dir: str, d: int, seed: int, attack_dims: int = 1, dataset: str = "nsl-kdd"):
+    ds = load_dataset(dataset, data_dir, feature_set="rich")
     Xn = ds.X_train[ds.y_train == 0]
     groups = partition_iid(Xn.shape[0], d, random_state=seed)
     raw = [Xn[groups == i] for i in range(d)]
@@ -139,6 +139,7 @@ def server_step_cost(n, r, d, repeats=200):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default="/work/shared/data")
+    p.add_argument("--dataset", default="nsl-kdd", choices=["nsl-kdd", "unsw-nb15", "ton-iot"])
     p.add_argument("--out", default="benchmarks/results/poisoning.json")
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--rank", type=int, default=10)
@@ -152,7 +153,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    blocks, a, Zte, yte = load(args.data_dir, args.clients, args.seed, args.attack_dims)
+    blocks, a, Zte, yte = load(
+        args.data_dir, args.clients, args.seed, args.attack_dims, dataset=args.dataset
+    )
     n = blocks[0].shape[1]
     rows, clean = [], {}
     for method in args.methods:
@@ -204,7 +207,7 @@ def main(argv=None):
                     )
     out = {
         "setup": {
-            "dataset": "nsl-kdd (rich), normal training rows, IID split",
+            "dataset": f"{args.dataset} (rich), normal training rows, IID split",
             "clients": args.clients,
             "rank": args.rank,
             "n_features": n,
