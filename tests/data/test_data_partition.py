@@ -60,14 +60,14 @@ def test_iid_covers_and_is_seeded(nk, seed):
     nk=sizes,
     seed=st.integers(0, 2**31 - 1),
     n_classes=st.integers(1, 12),
-    alpha=st.floats(0.01, 100.0),
+    concentration=st.floats(0.01, 100.0),
 )
-def test_dirichlet_covers_every_client(nk, seed, n_classes, alpha):
+def test_dirichlet_covers_every_client(nk, seed, n_classes, concentration):
     n, k = nk
     labels = np.random.default_rng(seed).integers(0, n_classes, n)
-    g = partition_dirichlet(labels, k, alpha, seed)
+    g = partition_dirichlet(labels, k, concentration, seed)
     _check_cover(g, n, k)
-    assert np.array_equal(g, partition_dirichlet(labels, k, alpha, seed))
+    assert np.array_equal(g, partition_dirichlet(labels, k, concentration, seed))
 
 
 def test_dirichlet_small_alpha_is_skewed():
@@ -105,7 +105,7 @@ def test_bad_n_clients_names_parameter(call):
 
 
 def test_other_bad_parameters():
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match="concentration"):
         partition_dirichlet(np.zeros(5), 2, 0.0)
     with pytest.raises(ValueError, match="values"):
         partition_sorted(np.array([1.0, np.nan, 2.0]), 2)

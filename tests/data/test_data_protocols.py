@@ -33,7 +33,7 @@ def _dataset(n=600, n_test=100, seed=0, attack_share=0.4):
 def test_split_invariants(partition, protocol):
     d = _dataset()
     s = make_client_split(
-        d, 5, partition=partition, protocol=protocol, validation_size=0.2, alpha=5.0
+        d, 5, partition=partition, protocol=protocol, validation_size=0.2, concentration=5.0
     )
     tr, va = s.info["train_row_index"], s.info["val_row_index"]
     assert not np.intersect1d(tr, va).size

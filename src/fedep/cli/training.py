@@ -204,7 +204,7 @@ def _official(args, protocol, seed) -> Training:
         protocol=protocol or "clean",
         validation_size=0.0,
         random_state=seed,
-        alpha=args.dirichlet_concentration,
+        concentration=args.dirichlet_concentration,
         min_train_rows=1,
     )
     tr = split.info["train_row_index"]

@@ -9,7 +9,7 @@ every client gets at least one row.
   contiguous chunks whose sizes differ by at most one (the first ``n % n_clients``
   chunks are one row larger).
 * :func:`partition_dirichlet` -- label skew: for every class, the class's rows are
-  shuffled and shared among clients in proportions drawn from ``Dirichlet(alpha)``.
+  shuffled and shared among clients in proportions drawn from ``Dirichlet(concentration)``.
   A client left empty then takes one random row from the client holding the most rows
   (repeated until no client is empty), so every client has at least one row.
 * :func:`partition_iid` -- a seeded random permutation cut into near-equal chunks.
@@ -102,9 +102,12 @@ def partition_iid(n_rows: int, n_clients: int, random_state: int | None = 0) -> 
 
 
 def partition_dirichlet(
-    labels: np.ndarray, n_clients: int, alpha: float = 0.5, random_state: int | None = 0
+    labels: np.ndarray,
+    n_clients: int,
+    concentration: float = 0.5,
+    random_state: int | None = 0,
 ) -> np.ndarray:
-    """Label-skewed split: per class, client shares drawn from ``Dirichlet(alpha)``.
+    """Label-skewed split: per class, client shares drawn from ``Dirichlet(concentration)``.
 
     Parameters
     ----------
@@ -112,8 +115,8 @@ def partition_dirichlet(
         Class of every row (any hashable values, e.g. attack categories).
     n_clients : int
         ``1 <= n_clients <= n_rows``.
-    alpha : float, default=0.5
-        Concentration (> 0); small values give strongly skewed clients.
+    concentration : float, default=0.5
+        Dirichlet concentration (> 0); small values give strongly skewed clients.
     random_state : int or None, default=0
 
     Returns
@@ -126,14 +129,14 @@ def partition_dirichlet(
         raise ValueError(f"labels must be 1-D; got shape {lab.shape}")
     n = len(lab)
     n_clients = _check_n_clients(n_clients, n)
-    if not (np.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a positive finite number; got {alpha!r}")
+    if not (np.isfinite(concentration) and concentration > 0):
+        raise ValueError(f"concentration must be a positive finite number; got {concentration!r}")
     rng = np.random.default_rng(random_state)
     _, codes = np.unique(lab, return_inverse=True)
     groups = np.empty(n, dtype=np.int64)
     for c in range(codes.max() + 1):
         rows = rng.permutation(np.flatnonzero(codes == c))
-        p = rng.dirichlet(np.full(n_clients, float(alpha)))
+        p = rng.dirichlet(np.full(n_clients, float(concentration)))
         counts = rng.multinomial(len(rows), p)
         groups[rows] = np.repeat(np.arange(n_clients, dtype=np.int64), counts)
     sizes = np.bincount(groups, minlength=n_clients)

@@ -107,7 +107,7 @@ def make_client_split(
     validation_size: float = 0.2,
     random_state: int = 0,
     *,
-    alpha: float = 0.5,
+    concentration: float = 0.5,
     min_train_rows: int = 10,
 ) -> ClientSplit:
     """Partition a dataset's training rows among clients and apply a protocol.
@@ -119,7 +119,7 @@ def make_client_split(
     n_clients : int
     partition : {"sorted", "dirichlet", "iid"}, default="sorted"
         ``sorted``: by ``partition_key`` (the paper's split); ``dirichlet``: label skew
-        over ``dataset.category_train`` with concentration ``alpha``; ``iid``.
+        over ``dataset.category_train`` with concentration ``concentration``; ``iid``.
     partition_key : str, default="dst_bytes"
         Column of ``dataset.raw_train`` for ``sorted`` (must be numeric).
     protocol : {"clean", "contaminated"}, default="clean"
@@ -127,7 +127,7 @@ def make_client_split(
     validation_size : float, default=0.2
         Fraction of each client's training rows held out for validation, in [0, 1).
     random_state : int, default=0
-    alpha : float, default=0.5
+    concentration : float, default=0.5
         Dirichlet concentration.
     min_train_rows : int, default=10
         Each client must keep at least this many training rows after the protocol.
@@ -163,7 +163,7 @@ def make_client_split(
         tkey = dataset.raw_test[partition_key].to_numpy(dtype=float)
         groups_test = np.searchsorted(upper[:-1], tkey, side="left").astype(np.int64)
     elif partition == "dirichlet":
-        groups = partition_dirichlet(dataset.category_train, n_clients, alpha, random_state)
+        groups = partition_dirichlet(dataset.category_train, n_clients, concentration, random_state)
     else:
         groups = partition_iid(n, n_clients, random_state)
 
@@ -204,7 +204,7 @@ def make_client_split(
             "protocol": protocol,
             "validation_size": validation_size,
             "random_state": random_state,
-            "alpha": alpha if partition == "dirichlet" else None,
+            "concentration": concentration if partition == "dirichlet" else None,
             "train_rows_per_client": [len(t) for t in train_rows],
             "val_rows_per_client": [len(v) for v in val_rows],
             "train_row_index": tr_idx,
