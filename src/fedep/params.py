@@ -221,38 +221,35 @@ def validate_params(est) -> None:
 
 
 # ---------------------------------------------------------------------- methods
-def _method_classes():
-    from fedep.detectors import FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
+#: Method names of the command line and the Flower run config (``--method``): the
+#: detector class and, for FedEP's ablation cases, the paper's case.
+_METHOD_SPECS: dict[str, tuple[str, str | None]] = {
+    "fedep": ("FedEP", None),
+    "fedpg": ("FedPG", None),
+    "case1": ("FedEP", "I"),
+    "case2": ("FedEP", "II"),
+    "case3": ("FedEP", "III"),
+    "pca": ("PooledPCA", None),
+    "local-pca": ("LocalPCA", None),
+    "oneshot": ("OneShotPCA", None),
+}
+METHODS: tuple[str, ...] = tuple(_METHOD_SPECS)
 
-    return (FedEP, FedPG, PooledPCA, LocalPCA, OneShotPCA)
+
+def _method_classes():
+    from fedep.detectors import DETECTORS
+
+    return tuple(DETECTORS.values())
 
 
 def _methods() -> dict[str, tuple[type, dict]]:
-    from fedep.detectors import ABLATION_CASES, FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
+    # Resolved on use: the detectors import this module.
+    from fedep.detectors import ABLATION_CASES, DETECTORS
 
     return {
-        "fedep": (FedEP, {}),
-        "fedpg": (FedPG, {}),
-        "case1": (FedEP, ABLATION_CASES["I"]),
-        "case2": (FedEP, ABLATION_CASES["II"]),
-        "case3": (FedEP, ABLATION_CASES["III"]),
-        "pca": (PooledPCA, {}),
-        "local-pca": (LocalPCA, {}),
-        "oneshot": (OneShotPCA, {}),
+        m: (DETECTORS[cls], dict(ABLATION_CASES[case]) if case else {})
+        for m, (cls, case) in _METHOD_SPECS.items()
     }
-
-
-#: Method names of the command line and the Flower run config (``--method``).
-METHODS: tuple[str, ...] = (
-    "fedep",
-    "fedpg",
-    "case1",
-    "case2",
-    "case3",
-    "pca",
-    "local-pca",
-    "oneshot",
-)
 
 
 def make_estimator(method: str, params: dict[str, Any] | None = None, *, validate=True):

@@ -28,16 +28,7 @@ from fedep.modelfile import ModelFileError, read_model_file, write_model_file
 
 __all__ = ["ModelFileError", "save_model", "load_model"]
 
-_DETECTORS = {
-    c.__name__: c
-    for c in (
-        detectors.FedEP,
-        detectors.FedPG,
-        detectors.PooledPCA,
-        detectors.LocalPCA,
-        detectors.OneShotPCA,
-    )
-}
+_DETECTORS = detectors.DETECTORS
 
 
 def save_model(det, path, *, sign_key=None) -> None:

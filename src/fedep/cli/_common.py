@@ -227,30 +227,11 @@ def add_model_options(p) -> None:
     )
 
 
-def signing_key(text: str | None):
-    """A key option as :mod:`fedep.modelfile` takes it: a PEM path, ``hmac:...`` or bytes.
-
-    ``@FILE`` reads a shared secret from a file (keeps it out of the process list).
-    """
-    if text is None:
-        return None
-    if text.startswith("@"):
-        path = Path(text[1:])
-        if not path.is_file():
-            raise FileNotFoundError(f"key file {str(path)!r} does not exist")
-        return path.read_bytes().strip()
-    if text.startswith("hmac:"):
-        return text
-    path = Path(text)
-    if not path.is_file():
-        raise FileNotFoundError(f"key file {str(path)!r} does not exist")
-    return str(path)
-
-
 def load_model(path, verify_key: str | None = None):
     import fedep
+    from fedep.modelfile.signing import parse_key
 
-    key = signing_key(verify_key)
+    key = parse_key(verify_key)
     return fedep.load(path, verify_key=key, require_signature=key is not None)
 
 

@@ -36,7 +36,6 @@ from fedep.cli._common import (
     add_data_source,
     check_output_file,
     info,
-    signing_key,
 )
 
 PROTOCOLS = ("clean", "contaminated")
@@ -143,7 +142,9 @@ def cmd_fit(args) -> int:
     from fedep.cli.training import load_training
 
     out = check_output_file(args.out, "--out")
-    key = signing_key(args.sign_key)  # a missing key file is found before training
+    from fedep.modelfile.signing import parse_key
+
+    key = parse_key(args.sign_key)  # a missing key file is found before training
     det = build_estimator(args)  # before any data is read
     t0 = time.perf_counter()
     data = load_training(args, args.protocol, seed=partition_seed(det))

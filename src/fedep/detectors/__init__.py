@@ -24,7 +24,13 @@ from fedep.detectors.base import (
 from fedep.detectors.baselines import LocalPCA, OneShotPCA, PooledPCA
 from fedep.detectors.federated import FedEP, FedPG
 
+#: Every detector class by name: the one registry (model files, method names, tables).
+DETECTORS: dict[str, type[BaseFederatedDetector]] = {
+    c.__name__: c for c in (FedEP, FedPG, PooledPCA, LocalPCA, OneShotPCA)
+}
+
 __all__ = [
+    "DETECTORS",
     "BaseFederatedDetector",
     "FedEP",
     "FedPG",

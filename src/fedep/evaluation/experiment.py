@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from fedep import FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
 from fedep.core.scoring import residual_energy
 from fedep.core.stiefel import polar
 from fedep.data import ClientSplit, Dataset, make_client_split
+from fedep.detectors import DETECTORS
 from fedep.evaluation.evaluate import evaluate_fitted
 from fedep.evaluation.metrics import detection_metrics
 from fedep.evaluation.thresholds import DEFAULT_TARGET_FPR, threshold_from_validation
@@ -32,13 +32,7 @@ __all__ = [
     "per_round_curve",
 ]
 
-METHODS = {
-    "FedEP": FedEP,
-    "FedPG": FedPG,
-    "PooledPCA": PooledPCA,
-    "LocalPCA": LocalPCA,
-    "OneShotPCA": OneShotPCA,
-}
+METHODS = DETECTORS
 
 
 def make_detector(method: str, params: dict | None = None, random_state: int = 0):

@@ -224,3 +224,30 @@ def verify_digest(block: dict, digest: str, verify_key: Any) -> None:
         raise ValueError(str(exc)) from None
     if errors:
         raise ValueError(f"unusable verify key: {errors[0]}")
+
+
+def parse_key(text: str | None):
+    """A key given as text, as :func:`sign_digest` and the file functions take it.
+
+    ``hmac:SECRET`` (a shared secret), ``@FILE`` (a shared secret read from a file,
+    which keeps it out of the process list) or the path of an Ed25519 PEM key file.
+    Empty or None: no key.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the named key file does not exist.
+    """
+    if not text:
+        return None
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise FileNotFoundError(f"key file {str(path)!r} does not exist")
+        return path.read_bytes().strip()
+    if text.startswith("hmac:"):
+        return text
+    path = Path(text)
+    if not path.is_file():
+        raise FileNotFoundError(f"key file {str(path)!r} does not exist")
+    return str(path)

@@ -145,8 +145,10 @@ def _verified(handler):
 
     @functools.wraps(handler)
     def wrapper(msg: Message, context: Context) -> Message:
-        key = str(context.node_config.get("verify-key") or "")
-        if key:
+        from fedep.modelfile.signing import parse_key
+
+        key = parse_key(str(context.node_config.get("verify-key") or ""))
+        if key is not None:
             verify_message(msg, key)
         return handler(msg, context)
 

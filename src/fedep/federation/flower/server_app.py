@@ -47,6 +47,7 @@ from fedep.federation.flower.protocol import (
 )
 from fedep.federation.rounds import FederationResult, TooFewClients
 from fedep.federation.server import merge_reports, validate_report
+from fedep.modelfile.signing import parse_key
 from fedep.params import make_estimator, params_from_run_config, run_config_defaults
 
 __all__ = ["app", "run_federation", "exchange", "DEFAULT_RUN_CONFIG", "RUN_KEYS"]
@@ -528,10 +529,8 @@ def run_federation(
         ``callback(round, V, record)`` after each round.
     """
     cfg = {**DEFAULT_RUN_CONFIG, **(run_config or {})}
-    key = str(cfg.get("sign-key") or "")
-    if key:
-        if not key.startswith("hmac:") and not Path(key).is_file():
-            raise ValueError(f"sign-key {key!r} is neither hmac:SECRET nor a key file")
+    key = parse_key(str(cfg.get("sign-key") or ""))
+    if key is not None:
         grid = SigningGrid(grid, key)
     method = str(cfg["method"])
     est = make_estimator(method, params_from_run_config(cfg, method))
