@@ -151,21 +151,23 @@ class BaseFederatedDetector(BaseEstimator):
         t0 = time.perf_counter()
         keep, V = None, None
         self.trim_history_ = []
-        mean0, scale, constant = self._standardization(blocks, pipe)
+        mean, scale, constant = self._standardization(blocks, pipe)
         located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
         for step in range(self.trim_steps + 1):
-            kept = blocks if keep is None else [b[k] for b, k in zip(blocks, keep, strict=True)]
-            # The location is fitted on the kept records (part of the trimmed objective);
-            # the units (scale) stay those of every record, so that the objective of
-            # successive steps is comparable and the C-steps descend.
-            mean = mean0 if located else combine_moments(client_moments(b) for b in kept).mean
+            if keep is not None and not located:
+                # The location is fitted on the kept records (part of the trimmed
+                # objective); the units (scale) stay those of every record, so that the
+                # objective of successive steps is comparable and the C-steps descend.
+                kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
+                mean = combine_moments(client_moments(b) for b in kept).mean
+            Z = [(b - mean) / scale for b in blocks]
             # Set before the rounds, so that a callback can score with them.
             self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
-            V, Wc = self._fit_clients([(b - mean) / scale for b in kept], rng, V)
+            Zk = Z if keep is None else [z[k] for z, k in zip(Z, keep, strict=True)]
+            V, Wc = self._fit_clients(Zk, rng, V)
             if step == self.trim_steps:
                 break
-            Zb = [(b - mean) / scale for b in blocks]
-            new_keep, record = self._selection_step(Zb, V, keep)
+            new_keep, record = self._selection_step(Z, V, keep)
             self.trim_history_.append(record)
             if keep is not None and all(map(np.array_equal, new_keep, keep)):
                 break
@@ -182,7 +184,7 @@ class BaseFederatedDetector(BaseEstimator):
             feature_names=names_in,
             features=pipe,
         )
-        self._process_decision_scores((X - mean) / scale, [(b - mean) / scale for b in blocks])
+        self._process_decision_scores((X - mean) / scale, Z)
         return self
 
     def _uses_pipeline(self, X) -> bool:
