@@ -3,8 +3,9 @@
 This module maps a fitted detector to the contents of a model file and back; the
 file format itself (container, integrity, caps, signatures) is
 :mod:`fedep.modelfile`. The file holds the estimator class, its parameters, the
-arrays of :data:`fedep.detectors.FITTED_ARRAYS`, the fitted scalars, the feature
-names, the fitted feature pipeline (``features_``, as its versioned
+arrays of :data:`fedep.detectors.FITTED_ARRAYS`, the fitted scalars (with the rank
+``n_components_`` and how it was chosen, ``rank_reason_``), the feature names, the
+fitted feature pipeline (``features_``, as its versioned
 :meth:`~fedep.features.FeaturePipeline.to_dict` JSON in the meta, so the integrity
 digest covers it), the fit history and the fedep version. Loading builds the estimator from its
 parameters, validates them with the estimator's own rules, and makes it fitted
@@ -164,8 +165,16 @@ def _check_consistent(det, n_features: int) -> None:
     n = n_features if pipe is None else len(det.feature_names_out_)
     r = det.components_.shape[0]
     d = det.clients_.shape[0]
-    if not (1 <= r <= n and r == det.n_components):
-        raise ValueError(f"{r} components for n_components={det.n_components}")
+    # The fitted rank (``n_components_``, stored since "auto") must be the basis's and,
+    # for an integer ``n_components``, that integer.
+    wanted = det.n_components_ if det.n_components == "auto" else det.n_components
+    if not (1 <= r <= n and r == wanted and r == det.n_components_):
+        raise ValueError(
+            f"{r} components for n_components={det.n_components!r} "
+            f"(n_components_={det.n_components_!r})"
+        )
+    if not isinstance(det.rank_reason_, str) or not det.rank_reason_:
+        raise ValueError("rank_reason_ must be a non-empty string")
     shapes_ok = (
         det.components_.shape == (r, n)
         and det.client_components_.shape == (d, r, n)

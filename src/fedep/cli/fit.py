@@ -4,7 +4,9 @@ Every estimator parameter is an option generated from the estimator's own declar
 (:func:`fedep.params.add_param_options`): ``--n-components``, ``--n-rounds``,
 ``--alpha``, ``--random-state``, ...; an option not given keeps the estimator's
 default. The detector is built and validated before any data is read, so a bad value
-is reported (one line, the estimator's message) at once.
+is reported (one line, the estimator's message) at once. The rank (``--n-components``,
+default ``auto``: chosen from the merged spectrum, see :mod:`fedep.core.rank`) is
+printed after the fit with its reason.
 
 ``--random-state`` seeds the estimator and also the random client partitions
 (``--partition iid`` / ``dirichlet``); not given, the estimator keeps its default
@@ -187,6 +189,7 @@ def cmd_fit(args) -> int:
         n_out = len(det.feature_names_out_)
         print(f"feature pipeline: {frame.shape[1]} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))
+    print(f"rank {det.n_components_} ({det.rank_reason_})")
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")

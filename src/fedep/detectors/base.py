@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from fedep.core.baselines import client_sketch, oneshot_merge
+from fedep.core.rank import choose_rank, client_gram
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import random_stiefel
@@ -55,7 +56,7 @@ FITTED_ARRAYS = (
 
 _POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
 _COMMON_CONSTRAINTS: dict = {
-    "n_components": _POSITIVE_INT,
+    "n_components": [StrOptions({"auto"}), *_POSITIVE_INT],
     "features": [StrOptions({"auto", "numeric"}), FeaturePipeline],
     "standardize": ["boolean"],
     "contamination": [StrOptions({"auto"}), Interval(Real, 0.0, 0.5, closed="right")],
@@ -99,7 +100,13 @@ class BaseFederatedDetector(BaseEstimator):
     _parameter_constraints: dict = dict(_COMMON_CONSTRAINTS)
 
     #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
-    _persist_scalars: tuple[str, ...] = ("contamination_", "score_mean_", "score_std_")
+    _persist_scalars: tuple[str, ...] = (
+        "contamination_",
+        "score_mean_",
+        "score_std_",
+        "n_components_",
+        "rank_reason_",
+    )
 
     def _validate_params(self):
         validate_params(self)
@@ -114,7 +121,8 @@ class BaseFederatedDetector(BaseEstimator):
             labels, inverse = np.unique(groups, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
         counts = np.bincount(inverse, minlength=labels.size)
-        r = self.n_components
+        # With "auto" the rank is bounded by the smallest client (see _choose_rank).
+        r = 1 if self.n_components == "auto" else self.n_components
         small = np.flatnonzero(counts < max(r, 2))
         if small.size:
             c = labels[small[0]].tolist()
@@ -144,7 +152,7 @@ class BaseFederatedDetector(BaseEstimator):
         """
         self._validate_params()
         X, pipe, names_in = self._fit_input(X, groups)
-        if self.n_components > X.shape[1]:
+        if self.n_components != "auto" and self.n_components > X.shape[1]:
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)
         labels, blocks, inverse = self._split_clients(X, groups)
@@ -152,6 +160,7 @@ class BaseFederatedDetector(BaseEstimator):
         keep, V = None, None
         self.trim_history_ = []
         mean, scale, constant = self._standardization(blocks, pipe)
+        self.n_components_, reason = self._choose_rank([(b - mean) / scale for b in blocks])
         located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
         for step in range(self.trim_steps + 1):
             if keep is not None and not located:
@@ -183,9 +192,34 @@ class BaseFederatedDetector(BaseEstimator):
             constant_features=constant,
             feature_names=names_in,
             features=pipe,
+            rank_reason=reason,
         )
         self._process_decision_scores((X - mean) / scale, Z)
         return self
+
+    def _choose_rank(self, blocks) -> tuple[int, str]:
+        """The rank and why: ``n_components``, or for ``"auto"`` the optimal hard
+        threshold of the merged spectrum (:func:`fedep.core.rank.choose_rank`).
+
+        Each client sends the Gram matrix of its standardised records (n_features x
+        n_features; no record); the server sums them. ``blocks`` (list of (N_i,
+        n_features)) are standardised and centred at the global mean.
+        """
+        if self.n_components != "auto":
+            r = int(self.n_components)
+            return r, f"r={r}: n_components={r} given"
+        cap, why = self._rank_cap()
+        choice = choose_rank(
+            sum(client_gram(b) for b in blocks),
+            [b.shape[0] for b in blocks],
+            max_rank=cap,
+            max_rank_reason=why,
+        )
+        return choice.rank, choice.reason
+
+    def _rank_cap(self) -> tuple[int | None, str]:
+        """A bound on the automatic rank from this detector's parameters (hook)."""
+        return None, ""
 
     def _uses_pipeline(self, X) -> bool:
         """Whether ``fit`` on ``X`` goes through a :class:`FeaturePipeline`."""
@@ -274,7 +308,7 @@ class BaseFederatedDetector(BaseEstimator):
             share = float(self.contamination)
         h = kept_count(counts.n, share)
         cut = order_statistic(counts.le, h, counts.lo, counts.hi)
-        m = max(self.n_components, 2)
+        m = max(self.n_components_, 2)
         new = []
         for ls in logs:
             k = ls <= cut
@@ -303,6 +337,7 @@ class BaseFederatedDetector(BaseEstimator):
         constant_features,
         feature_names=None,
         features=None,
+        rank_reason=None,
     ) -> None:
         """Make this detector fitted: the one place the fitted arrays are set.
 
@@ -323,6 +358,9 @@ class BaseFederatedDetector(BaseEstimator):
             ``feature_names_out_`` (its output names) and ``n_features_in_`` = the number
             of raw input columns. Without it, ``n_features_in_`` is ``n_features`` and
             ``feature_names_out_`` is ``feature_names_in_`` when there are names.
+        rank_reason : str, optional
+            Sets ``rank_reason_``, how the rank was chosen (default: given as
+            ``n_components``); ``n_components_`` is the number of components.
         """
         self.components_ = np.array(components, dtype=float)
         self.client_components_ = np.array(client_components, dtype=float)
@@ -331,6 +369,9 @@ class BaseFederatedDetector(BaseEstimator):
         self.scale_ = np.asarray(scale, dtype=float)
         self.constant_features_ = np.asarray(constant_features, dtype=bool)
         self.n_features_in_ = int(self.components_.shape[1])
+        self.n_components_ = int(self.components_.shape[0])
+        r = self.n_components_
+        self.rank_reason_ = str(rank_reason) if rank_reason else f"r={r}: n_components={r} given"
         for stale in ("features_", "feature_names_out_"):
             self.__dict__.pop(stale, None)
         if features is not None:
@@ -395,11 +436,10 @@ class BaseFederatedDetector(BaseEstimator):
 
     def _init_basis(self, blocks, rng):
         n = blocks[0].shape[1]
+        r = self.n_components_
         if self.init == "random":
-            return random_stiefel(n, self.n_components, rng)
-        return oneshot_merge(
-            [client_sketch(b, self.n_components) for b in blocks], self.n_components
-        )
+            return random_stiefel(n, r, rng)
+        return oneshot_merge([client_sketch(b, r) for b in blocks], r)
 
     # ------------------------------------------------------------------ scoring
     def _transform_input(self, X):

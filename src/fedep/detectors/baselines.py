@@ -19,7 +19,7 @@ class _ClosedForm(BaseFederatedDetector):
 
     def __init__(
         self,
-        n_components=5,
+        n_components="auto",
         *,
         features="auto",
         standardize=True,
@@ -45,7 +45,7 @@ class PooledPCA(_ClosedForm):
     """
 
     def _fit_clients(self, blocks, rng, V0=None):
-        V = pooled_pca(np.vstack(blocks), self.n_components)
+        V = pooled_pca(np.vstack(blocks), self.n_components_)
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
 
 
@@ -60,9 +60,9 @@ class LocalPCA(_ClosedForm):
 
     def _fit_clients(self, blocks, rng, V0=None):
         G = np.stack([b.T @ b for b in blocks])
-        Wc = local_pca(G, self.n_components)
+        Wc = local_pca(G, self.n_components_)
         P = np.mean(Wc @ np.swapaxes(Wc, 1, 2), axis=0)
-        V = local_pca(P[None], self.n_components)[0]
+        V = local_pca(P[None], self.n_components_)[0]
         return V, Wc
 
     def _global_scores(self, Z, fn):
@@ -75,9 +75,10 @@ class OneShotPCA(BaseFederatedDetector):
 
     Parameters
     ----------
-    n_components : int, default=5
+    n_components : int or "auto", default="auto"
+        As in :class:`FedEP`; ``"auto"`` is at most ``sketch_rank`` when given.
     sketch_rank : int or None, default=None
-        Rank ``k`` of each client's sketch (default ``2 * n_components``); ``k`` equal to
+        Rank ``k`` of each client's sketch (default ``2 * n_components_``); ``k`` equal to
         ``n_features`` reproduces pooled PCA exactly.
     features, standardize, contamination, trim_steps, trim_share, random_state
         As in :class:`FedEP`.
@@ -85,7 +86,7 @@ class OneShotPCA(BaseFederatedDetector):
 
     def __init__(
         self,
-        n_components=5,
+        n_components="auto",
         *,
         sketch_rank=None,
         features="auto",
@@ -108,12 +109,22 @@ class OneShotPCA(BaseFederatedDetector):
 
     def _validate_params(self):
         super()._validate_params()
-        if self.sketch_rank is not None and self.sketch_rank < self.n_components:
+        if (
+            self.sketch_rank is not None
+            and self.n_components != "auto"
+            and self.sketch_rank < self.n_components
+        ):
             raise ValueError(
                 f"sketch_rank must be >= n_components={self.n_components}; got {self.sketch_rank!r}"
             )
 
+    def _rank_cap(self):
+        if self.sketch_rank is None:
+            return None, ""
+        return int(self.sketch_rank), f"sketch_rank={self.sketch_rank}"
+
     def _fit_clients(self, blocks, rng, V0=None):
-        k = 2 * self.n_components if self.sketch_rank is None else self.sketch_rank
-        V = oneshot_merge([client_sketch(b, k) for b in blocks], self.n_components)
+        r = self.n_components_
+        k = 2 * r if self.sketch_rank is None else self.sketch_rank
+        V = oneshot_merge([client_sketch(b, k) for b in blocks], r)
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()

@@ -86,8 +86,14 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
 
     Parameters
     ----------
-    n_components : int, default=5
-        Rank of the normal-traffic subspace.
+    n_components : int or "auto", default="auto"
+        Rank of the normal-traffic subspace. ``"auto"`` chooses it without labels
+        from the merged spectrum: each client sends the Gram matrix of its
+        standardised records (n_features x n_features, no record), the server keeps
+        the eigenvalues above Gavish and Donoho's optimal hard threshold (noise level
+        estimated by the median eigenvalue; see :mod:`fedep.core.rank`), bounded by
+        the non-degenerate directions minus one and the smallest client's records.
+        The rank is ``n_components_``, the rule's one-line account ``rank_reason_``.
     alpha : float, default=1.0
         Weight of ``||S||_1``. On standardised data, training entries whose residual
         exceeds ``alpha / 2`` are absorbed by ``S`` as corruption.
@@ -170,7 +176,11 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_components, n_features)
+    n_components_ : int
+        The rank used (``n_components``, or the one chosen for ``"auto"``).
+    rank_reason_ : str
+        How the rank was chosen (one line; printed by ``fedep fit``).
+    components_ : ndarray of shape (n_components_, n_features)
         Global basis (orthonormal rows): polar factor of the consensus ``V``.
     client_components_ : ndarray of shape (n_clients, n_components, n_features)
         Personalised bases ``W_i^T``.
@@ -220,7 +230,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
 
     def __init__(
         self,
-        n_components=5,
+        n_components="auto",
         *,
         alpha=1.0,
         beta=1e-3,
@@ -282,7 +292,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
 
     Parameters
     ----------
-    n_components : int, default=5
+    n_components : int or "auto", default="auto"
+        As in :class:`FedEP`.
     lr : float or None, default=None
         Local Riemannian step; None gives each client ``N_i / (2 ||X_i||_2^2 + rho)``.
         The authors' value is 1e-4.
@@ -324,7 +335,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
 
     def __init__(
         self,
-        n_components=5,
+        n_components="auto",
         *,
         lr=None,
         rho=0.01,

@@ -97,6 +97,8 @@ class FederationResult:
     features : dict or None
         The federated feature pipeline (``FeaturePipeline.to_dict()``) when the run
         fitted one (Flower, gateways holding raw tables).
+    rank_reason : str or None
+        How the rank was chosen (``rank_reason_`` of the estimators; Flower).
     """
 
     V: np.ndarray
@@ -111,6 +113,7 @@ class FederationResult:
     finalized: list[str] = field(default_factory=list)
     failed: dict = field(default_factory=dict)
     features: dict | None = None
+    rank_reason: str | None = None
 
     _ARRAYS = ("V", "components", "mean", "scale")
 

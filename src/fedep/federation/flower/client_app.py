@@ -29,6 +29,7 @@ from flwr.common.logger import log
 
 from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
+from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments
 from fedep.federation.flower.protocol import (
     GatewayDataError,
@@ -236,6 +237,30 @@ def feature_moments(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+@app.query("gram")
+@_verified
+def gram(msg: Message, context: Context) -> Message:
+    """The rank phase (``n_components="auto"``): ``Z^T Z`` of the standardised records.
+
+    The message carries the global standardisation (``mean``, ``scale``); the reply is
+    the Gram matrix (n_features x n_features) and the record count -- no record.
+    """
+    try:
+        X, meta = _ensure_data(context)
+    except ValueError as exc:
+        return _data_error(msg, exc, context)
+    std = arrays_of(msg.content["std"])
+    Z = (X - std["mean"]) / std["scale"]
+    content = RecordDict(
+        {
+            "gram": to_array_record(G=client_gram(Z)),
+            "count": MetricRecord({"count": int(X.shape[0])}),
+            "client": ConfigRecord({"label": meta["label"]}),
+        }
+    )
+    return Message(content, reply_to=msg)
+
+
 @app.train("setup")
 @_verified
 def setup(msg: Message, context: Context) -> Message:
@@ -303,6 +328,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         constant_features=std["constant"].astype(bool),
         feature_names=meta.get("feature_names") or None,
         features=pipe,
+        rank_reason=meta.get("rank_reason") or None,
     )
     det._process_decision_scores(block, [block])
     res = FederationResult(

@@ -18,9 +18,14 @@ Message types (ServerApp -> ClientApp), in order:
 ``query.feature_moments`` (tables only)
     content: the pipeline with its column decisions (``to_dict()`` JSON); reply:
     ``mean``, ``m2`` (n_out,) and ``count`` of the gateway's encoded features.
+``query.gram`` (``n-components`` "auto" only)
+    content: ``mean``, ``scale`` (n,); reply: ``ArrayRecord`` ``G`` (n, n) = ``Z^T Z`` of
+    the gateway's standardised records and ``count`` -- second moments, no record; the
+    server chooses the rank from their sum (:func:`fedep.core.rank.choose_rank`).
 ``train.setup``
-    content: ``mean``, ``scale`` (n,), the estimator settings; reply: the client's sketch
-    ``(n, k)`` when ``init = "oneshot"``, else an acknowledgement.
+    content: ``mean``, ``scale`` (n,), the estimator settings with the rank and its
+    reason; reply: the client's sketch ``(n, k)`` when ``init = "oneshot"``, else an
+    acknowledgement.
 ``train`` (one per round)
     content: ``V`` (n, r) and the round number; reply: ``W``, ``Pi`` (1, n, r), ``nu``
     (1,) and the scalar metrics of :meth:`FedEPCohort.local_round`.

@@ -13,8 +13,12 @@ With ``features = "auto"`` (the estimators' default) and gateways holding raw ta
 in-process ``fit`` on a DataFrame does: column summaries (``query.summaries``) ->
 decisions, moments of the encoded features (``query.feature_moments``) -> scaling;
 the moments phase then runs on the transformed tables with the estimator's own
-standardisation off (``mean = 0``, ``scale = 1``). Gateways with numeric sources
-(dataset partitions, synthetic) skip those phases; a run mixing both is refused.
+standardisation off (``mean = 0``, ``scale = 1``). With ``n-components`` unset (the
+estimators' default ``"auto"``), a ``query.gram`` phase follows: each gateway sends
+the Gram matrix of its standardised records and the server chooses the rank from
+their sum by the rule of the in-process ``fit`` (:func:`fedep.core.rank.choose_rank`).
+Gateways with numeric sources (dataset partitions, synthetic) skip the feature phases;
+a run mixing both is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedep._json import jsonable
 from fedep.core.baselines import oneshot_merge
 from fedep.core.fedep import RoundReport
+from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
 from fedep.federation.flower.protocol import (
@@ -369,21 +374,61 @@ def collect_table_moments(grid: Grid, gw: Gateways, pipe, timeout: float, min_cl
     return combine_moments(_moments_of(replies[gw.node_of[lab]]) for lab in gw.order)
 
 
-def setup_gateways(grid, gw: Gateways, est, method: str, std: dict, timeout, min_clients):
+def choose_gateway_rank(grid, gw: Gateways, est, std: dict, timeout, min_clients):
+    """The rank: ``n_components``, or for ``"auto"`` chosen from the gateways' Gram matrices.
+
+    ``query.gram`` sends the standardisation; each gateway replies ``Z_i^T Z_i``
+    (n_features x n_features) of its standardised records and its count, and the
+    server applies :func:`fedep.core.rank.choose_rank` to their sum, in client-label
+    order -- what the in-process ``fit`` does with the same blocks.
+
+    Returns
+    -------
+    rank : int
+    reason : str
+        One line, as the estimators' ``rank_reason_``.
+    """
+    if est.n_components != "auto":
+        r = int(est.n_components)
+        return r, f"r={r}: n_components={r} given"
+    nodes = {gw.node_of[lab]: RecordDict({"std": to_array_record(**std)}) for lab in gw.order}
+    replies, failed, s_b, r_b = exchange(grid, nodes, "query.gram", "gram", timeout)
+    _fail(gw, failed, "gram")
+    _add_bytes(gw, "gram", s_b, r_b)
+    _keep_answered(gw, replies, min_clients, "the Gram matrices")
+    grams, counts = [], []
+    n = std["mean"].shape[0]
+    for lab in gw.order:
+        rep = replies[gw.node_of[lab]]
+        G = np.asarray(arrays_of(rep.content["gram"])["G"], dtype=float)
+        if G.shape != (n, n) or not np.isfinite(G).all():
+            raise RuntimeError(f"gateway {lab} sent a malformed Gram matrix {G.shape}")
+        grams.append(G)
+        counts.append(int(rep.content["count"]["count"]))
+    cap, why = est._rank_cap()
+    choice = choose_rank(sum(grams), counts, max_rank=cap, max_rank_reason=why)
+    return choice.rank, choice.reason
+
+
+def setup_gateways(
+    grid, gw: Gateways, est, method: str, std: dict, timeout, min_clients, rank=None, reason=""
+):
     """Phase 2: standardisation and the estimator's parameters to every gateway.
 
     Each gateway builds the same estimator from ``est.get_params()`` (and validates
-    it); with ``init="oneshot"`` it replies its sketch, merged here into ``V0``.
+    it) and receives the ``rank`` (:func:`choose_gateway_rank`) and its ``reason``;
+    with ``init="oneshot"`` it replies its sketch, merged here into ``V0``.
 
     Returns
     -------
     V0 : ndarray of shape (n_features, n_components) or None
         The merged sketches (None unless ``init="oneshot"``).
     """
-    r = est.n_components
+    r = int(est.n_components if rank is None else rank)
     sk = r if est.init == "oneshot" else 0
     params = jsonable({k: v for k, v in est.get_params(deep=False).items() if k != "callback"})
-    config = ConfigRecord({"json": json.dumps({"method": method, "params": params})})
+    settings = {"method": method, "params": params, "rank": r, "rank_reason": reason}
+    config = ConfigRecord({"json": json.dumps(settings)})
     content = {
         gw.node_of[lab]: RecordDict(
             {
@@ -563,11 +608,13 @@ def run_federation(
         mean, scale = np.zeros_like(mean), np.ones_like(scale)
     elif not est.standardize:
         scale = np.ones_like(scale)
-    n_features, r = mean.shape[0], est.n_components
-    if r > n_features:
-        raise ValueError(f"n_components={r} must be <= n_features={n_features}")
+    n_features = mean.shape[0]
+    if est.n_components != "auto" and est.n_components > n_features:
+        raise ValueError(f"n_components={est.n_components} must be <= n_features={n_features}")
     std = {"mean": mean, "scale": scale, "constant": constant}
-    V0 = setup_gateways(grid, gw, est, method, std, timeout, min_clients)
+    r, reason = choose_gateway_rank(grid, gw, est, std, timeout, min_clients)
+    log(INFO, "fedep: rank %s", reason)
+    V0 = setup_gateways(grid, gw, est, method, std, timeout, min_clients, r, reason)
     rng = np.random.default_rng(est.random_state)
     if V0 is None:
         V0 = random_stiefel(n_features, r, rng)
@@ -597,6 +644,7 @@ def run_federation(
     res.failed = gw.failed
     # The pipeline's decisions and scaling (``FeaturePipeline.to_dict()``; None without).
     res.features = None if pipe is None else pipe.to_dict()
+    res.rank_reason = reason
     path = str(cfg.get("result-path") or "")
     if path:
         # Written beside its name and renamed: a reader sees the whole file or none.
