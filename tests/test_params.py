@@ -26,9 +26,12 @@ def _other_value(constraints, default):
         if c == "boolean":
             return not default
         if isinstance(c, StrOptions):
-            return sorted(o for o in c.options if o != default)[0]
+            others = sorted(o for o in c.options if o != default)
+            if others:
+                return others[0]
+            continue  # the default is the only option (n_components="auto"): a number
         if isinstance(c, Interval) and c.type is numbers.Integral:
-            return 10 if default is None else int(default) + 1
+            return 10 if default is None or isinstance(default, str) else int(default) + 1
         if isinstance(c, Interval):
             if c.right is not None:
                 return (max(c.left, 0.0) + c.right) / 2

@@ -141,3 +141,49 @@ def test_persistence_imports_the_estimators_never_the_reverse():
     }
     assert "fedep.detectors.base" in names
     assert not any("persistence" in (m or "") or "modelfile" in (m or "") for m in names)
+
+
+@pytest.mark.parametrize("cls", [FedEP, PooledPCA, OneShotPCA])
+def test_automatic_rank_round_trip(cls, data, tmp_path):
+    extra = {"n_rounds": 3, "tol": 0.0} if cls is FedEP else {}
+    det = cls(random_state=0, **extra).fit(data.X_train, groups=data.groups_train)
+    assert det.n_components == "auto" and det.rank_reason_.startswith(f"r={det.n_components_}:")
+    fedep.save(det, tmp_path / "m.fedep")
+    meta, _ = read_model_file(tmp_path / "m.fedep")
+    assert meta["params"]["n_components"] == "auto"
+    assert meta["scalars"]["n_components_"] == det.n_components_
+    back = fedep.load(tmp_path / "m.fedep")
+    assert back.n_components == "auto"
+    assert (back.n_components_, back.rank_reason_) == (det.n_components_, det.rank_reason_)
+    assert back.components_.shape == (det.n_components_, 12)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda m, a: m["scalars"].update(n_components_=3), "n_components='auto'"),
+        (lambda m, a: m["scalars"].update(rank_reason_=""), "rank_reason_"),
+        (lambda m, a: m["scalars"].update(rank_reason_=3), "rank_reason_"),
+        (lambda m, a: a.update(components_=a["components_"][:1]), "components"),
+    ],
+)
+def test_inconsistent_automatic_rank_is_refused(data, tmp_path, edit, match):
+    det = PooledPCA().fit(data.X_train, groups=data.groups_train)
+    assert det.n_components_ == 2  # heavy sparse corruption hides weaker directions
+    fedep.save(det, tmp_path / "m.fedep")
+    bad = _rewrite(tmp_path / "m.fedep", tmp_path / "bad.fedep", edit)
+    with pytest.raises(ModelFileError, match=match):
+        fedep.load(bad)
+
+
+def test_files_without_the_fitted_rank_load_with_the_given_one(data, tmp_path):
+    # Model files written before n_components="auto" hold no n_components_.
+    det = _fit(PooledPCA, data)
+    fedep.save(det, tmp_path / "m.fedep")
+
+    def drop(meta, arrays):
+        meta["scalars"].pop("n_components_")
+        meta["scalars"].pop("rank_reason_")
+
+    back = fedep.load(_rewrite(tmp_path / "m.fedep", tmp_path / "old.fedep", drop))
+    assert back.n_components_ == 3 and back.rank_reason_ == "r=3: n_components=3 given"

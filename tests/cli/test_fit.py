@@ -187,3 +187,18 @@ def test_progress_bar_on_tty_and_plain_lines():
     quiet = io.StringIO()
     RoundProgress(3, stream=quiet, enabled=False)(1, V, rec)
     assert quiet.getvalue() == ""
+
+
+def test_fit_prints_the_automatic_rank_and_its_reason(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--method", "pca", "--quiet") == 0  # --n-components not given
+    text = capsys.readouterr().out
+    det = fedep.load(out)
+    assert det.n_components == "auto"
+    r = det.n_components_
+    assert det.components_.shape[0] == r >= 1
+    line = next(ln for ln in text.splitlines() if ln.startswith("rank "))
+    assert line == f"rank {r} ({det.rank_reason_})"
+    assert f"r={r}: " in line and "Gavish-Donoho" in line and "merged covariance" in line
+    assert _fit(files, out, "--method", "pca", "--n-components", "2", "--quiet") == 0
+    assert "rank 2 (r=2: n_components=2 given)" in capsys.readouterr().out

@@ -88,6 +88,8 @@ def _other_value(spec, default):
         if c == "boolean":
             return (not default), [f"--{'no-' if default else ''}{spec.key}"]
         if isinstance(c, StrOptions):
+            if not c.options - {default}:
+                continue  # the default is the only option (n_components="auto"): a number
             v = sorted(c.options - {default})[0]
             return v, [f"--{spec.key}", v]
         if c == "random_state":

@@ -178,3 +178,36 @@ def test_min_clients_stops_the_run():
     )
     assert res.stop_reason == "too_few_clients"
     assert res.n_rounds == 1
+
+
+@pytest.mark.parametrize(
+    "method, cls, extra",
+    [("fedep", FedEP, {"init": "oneshot"}), ("fedpg", FedPG, {})],
+)
+def test_automatic_rank_parity_with_inprocess(tmp_path, method, cls, extra):
+    # n-components unset: the estimators' default "auto". The server chooses the rank
+    # from the gateways' Gram matrices as the in-process fit does from the blocks.
+    cfgs = _gateways(d=4, seed=5, tmp_path=tmp_path)[::-1]
+    rc = {"method": method, "n-rounds": 3, "tol": 0.0, "random-state": 2}
+    rc.update({k.replace("_", "-"): v for k, v in extra.items()})
+    res, grid = run_local(cfgs, rc)
+    _, X, groups = _pooled(cfgs)
+    det = cls(n_rounds=3, tol=0.0, random_state=2, **extra).fit(X, groups=groups)
+    assert det.n_components == "auto"
+    assert res.rank_reason == det.rank_reason_
+    assert res.components.shape == det.components_.shape == (det.n_components_, 12)
+    assert projector_distance(res.components.T, det.components_.T) <= 1e-8
+    for i in range(4):
+        m = load(tmp_path / f"gw-{i}.fedep")
+        assert m.n_components == "auto"
+        assert (m.n_components_, m.rank_reason_) == (det.n_components_, det.rank_reason_)
+    # The rank phase sends second moments only: one (n, n) matrix and a count per gateway.
+    grams = [msg for _, msg in grid.sent if "gram" in msg.content.array_records]
+    assert len(grams) == 4
+    rows = {x.shape[0] for x in _pooled(cfgs)[0]}
+    for msg in grams:
+        arrays = {
+            k: a.numpy() for rec in msg.content.array_records.values() for k, a in rec.items()
+        }
+        assert list(arrays) == ["G"] and arrays["G"].shape == (12, 12)
+        assert not rows & set(arrays["G"].shape)

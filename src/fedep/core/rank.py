@@ -20,10 +20,11 @@ measures.
 
 Degenerate directions (eigenvalues at round-off of zero: columns constant in the
 training records, the linear dependence of a one-hot block) are no noise; they are
-excluded from the median and from ``p``. The rank is then bounded: at least 1, at
-most the number of non-degenerate directions minus one (a residual must keep some
-variance of normal records), at most the smallest client's number of records (each
-client fits its own basis), and at most ``max_rank`` when the caller has a bound.
+excluded from the median and from ``p``. Since the threshold is above the median,
+at most half of the non-degenerate directions are kept: the residual always keeps
+some variance of normal records. The rank is then bounded: at least 1, at most the
+smallest client's number of records (each client fits its own basis), and at most
+``max_rank`` when the caller has a bound.
 """
 
 from __future__ import annotations
@@ -169,8 +170,7 @@ def choose_rank(
             f"{above} of {p} non-degenerate eigenvalues of the merged covariance ({head}) "
             f"exceed the Gavish-Donoho threshold {omega**2:.3g} x their median"
         )
-    bounds = [(max(p - 1, 1), "a residual must keep some variance")]
-    bounds.append((min(counts), f"smallest client has {min(counts)} records"))
+    bounds = [(min(counts), f"smallest client has {min(counts)} records")]
     if max_rank is not None:
         bounds.append((int(max_rank), max_rank_reason or f"max_rank={max_rank}"))
     rank, notes = max(above, 1), []
