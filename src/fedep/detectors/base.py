@@ -217,6 +217,13 @@ class BaseFederatedDetector(BaseEstimator):
         )
         return choice.rank, choice.reason
 
+    def _rank(self) -> int:
+        """The rank the hooks use: ``n_components``, or ``n_components_`` chosen by this
+        ``fit`` for ``"auto"`` (so hooks called directly with an integer work unfitted)."""
+        if self.n_components != "auto":
+            return int(self.n_components)
+        return self.n_components_
+
     def _rank_cap(self) -> tuple[int | None, str]:
         """A bound on the automatic rank from this detector's parameters (hook)."""
         return None, ""
@@ -308,7 +315,7 @@ class BaseFederatedDetector(BaseEstimator):
             share = float(self.contamination)
         h = kept_count(counts.n, share)
         cut = order_statistic(counts.le, h, counts.lo, counts.hi)
-        m = max(self.n_components_, 2)
+        m = max(self._rank(), 2)
         new = []
         for ls in logs:
             k = ls <= cut
@@ -436,7 +443,7 @@ class BaseFederatedDetector(BaseEstimator):
 
     def _init_basis(self, blocks, rng):
         n = blocks[0].shape[1]
-        r = self.n_components_
+        r = self._rank()
         if self.init == "random":
             return random_stiefel(n, r, rng)
         return oneshot_merge([client_sketch(b, r) for b in blocks], r)

@@ -45,7 +45,7 @@ class PooledPCA(_ClosedForm):
     """
 
     def _fit_clients(self, blocks, rng, V0=None):
-        V = pooled_pca(np.vstack(blocks), self.n_components_)
+        V = pooled_pca(np.vstack(blocks), self._rank())
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
 
 
@@ -60,9 +60,9 @@ class LocalPCA(_ClosedForm):
 
     def _fit_clients(self, blocks, rng, V0=None):
         G = np.stack([b.T @ b for b in blocks])
-        Wc = local_pca(G, self.n_components_)
+        Wc = local_pca(G, self._rank())
         P = np.mean(Wc @ np.swapaxes(Wc, 1, 2), axis=0)
-        V = local_pca(P[None], self.n_components_)[0]
+        V = local_pca(P[None], self._rank())[0]
         return V, Wc
 
     def _global_scores(self, Z, fn):
@@ -124,7 +124,7 @@ class OneShotPCA(BaseFederatedDetector):
         return int(self.sketch_rank), f"sketch_rank={self.sketch_rank}"
 
     def _fit_clients(self, blocks, rng, V0=None):
-        r = self.n_components_
+        r = self._rank()
         k = 2 * r if self.sketch_rank is None else self.sketch_rank
         V = oneshot_merge([client_sketch(b, k) for b in blocks], r)
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
