@@ -10,7 +10,7 @@ PooledPCA, FedPG and FedEP. Honest protocol: a random 20 % of the training file 
 validation split (labels used only there, to choose the rank in {5, 10, 20, 30} by ROC
 AUC); the detectors are fitted on the other 80 %'s normal rows, 20 gateways sorted by
 ``dst_bytes``; the test file is scored once. Reports test ROC AUC and the FPR at each
-model's own threshold (``threshold_``, from training scores).
+model's own threshold (``threshold_``, from training scores), with the F1 there.
 
 Beside the rank chosen with validation labels, each detector is also fitted once with
 ``n_components="auto"`` (the default: the rank chosen without labels from the merged
@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import f1_score, roc_auc_score
 
 from fedep import FedEP, FedPG, PooledPCA
 from fedep.data import load_dataset, partition_sorted
@@ -74,6 +74,7 @@ def run(name: str, data_dir: str, seed: int, ranks, methods) -> dict:
             "val_roc_auc": float(v),
             "test_roc_auc": float(roc_auc_score(ds.y_test, s)),
             "fpr_at_model_threshold": float(np.mean(s[ds.y_test == 0] > det.threshold_)),
+            "f1_at_model_threshold": float(f1_score(ds.y_test, s > det.threshold_)),
             "n_features_out": len(det.feature_names_out_),
             "seconds": time.perf_counter() - t0,
         }
@@ -88,6 +89,7 @@ def run(name: str, data_dir: str, seed: int, ranks, methods) -> dict:
             ),
             "test_roc_auc": float(roc_auc_score(ds.y_test, s)),
             "fpr_at_model_threshold": float(np.mean(s[ds.y_test == 0] > det.threshold_)),
+            "f1_at_model_threshold": float(f1_score(ds.y_test, s > det.threshold_)),
             "seconds": time.perf_counter() - t0,
         }
         print(name, cls.__name__, json.dumps(out[cls.__name__]), flush=True)

@@ -91,7 +91,10 @@ def test_pipeline_beats_raw_z_scores(zeek, tmp_path, capsys):
         "ts", "id.resp_p", "duration", "orig_bytes", "resp_bytes"
     ]  # fmt: skip
     raw = _evaluate_json(raw_model, zeek.dir / "test.csv", capsys)
-    assert raw["model"]["roc_auc"] < auto["model"]["roc_auc"] - 0.1
+    # Both at the automatic rank (1 here). Under the former default rank 5 the raw model
+    # (5 columns) had no residual left at all; now it detects, but clearly worse.
+    assert fedep.load(raw_model).n_components_ == fedep.load(zeek.model).n_components_
+    assert raw["model"]["roc_auc"] < auto["model"]["roc_auc"] - 0.05
 
 
 def test_score_zeek_gz_appends_columns(zeek, tmp_path):
