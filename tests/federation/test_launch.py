@@ -360,6 +360,9 @@ def test_readme_launcher_line_runs(tmp_path, real_data_dir, how):
     n = int(args[args.index("--gateways") + 1])
     assert res["failed"] == {} and res["n_rounds"] == 1
     assert res["finalized"] == [str(i) for i in range(n)]
+    # No --n-components in the line: the rank is chosen from the gateways' Gram matrices.
+    r = len(res["components"])
+    assert res["rank_reason"].startswith(f"r={r}: ") and f"rank {r} (r={r}: " in proc.stdout
     assert sorted(p.name for p in out.glob("gateway-*.fedep")) == [
         f"gateway-{i}.fedep" for i in range(n)
     ]

@@ -716,6 +716,8 @@ def _run(a, table, guard: _SignalGuard) -> int:
         _nodes_with_errors(dep, a.gateways)
         print(f"logs in {a.out}", file=sys.stderr)
         return 1
+    if res.rank_reason:
+        print(f"rank {res.components.shape[0]} ({res.rank_reason})")
     for rec in res.history:
         print(
             f"round {rec['round']:3d}  objective {rec['objective']:.6g}  "
