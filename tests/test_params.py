@@ -157,6 +157,8 @@ def test_parse_value_by_constraints():
     assert parse_value(t["lr"], "none") is None
     assert parse_value(t["lr"], "0.5") == 0.5
     assert parse_value(t["n_components"], "7") == 7
+    assert parse_value(t["n_components"], "auto") == "auto"
+    assert set(t["n_components"].defaults.values()) == {"auto"}  # every estimator's default
     assert parse_value(t["standardize"], "false") is False
     assert parse_value(t["init"], "oneshot") == "oneshot"
     assert parse_value(t["init"], "sometimes") == "sometimes"  # left to the estimator
