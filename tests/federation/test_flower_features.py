@@ -281,3 +281,19 @@ def test_a_gateway_whose_values_cannot_be_encoded_is_named_and_left_out(tmp_path
     why = res.failed["b"]
     assert why.startswith("feature-moments: error 100: gateway data: ") and "b.csv" in why
     assert "'resp_bytes'" in why and "'lots'" in why
+
+
+def test_automatic_rank_from_raw_tables_matches_in_process(tmp_path):
+    # n-components unset: each gateway's Gram matrix of its encoded, scaled table.
+    cfgs = _gateway_files(tmp_path)
+    rc = {k: v for k, v in RUN.items() if k != "n-components"}
+    res, _ = run_local(cfgs, rc)
+    frames = [load_gateway_table(c)[0] for c in cfgs]
+    df = pd.concat(frames, ignore_index=True, sort=False)
+    groups = np.repeat(LABELS, [len(f) for f in frames])
+    det = FedEP(n_rounds=4, tol=0.0, random_state=0).fit(df, groups=groups)
+    assert res.rank_reason == det.rank_reason_ and "non-degenerate" in det.rank_reason_
+    assert res.components.shape == det.components_.shape
+    assert projector_distance(res.components.T, det.components_.T) <= 1e-8
+    m = load(cfgs[1]["model-path"])
+    assert (m.n_components_, m.rank_reason_) == (det.n_components_, det.rank_reason_)
