@@ -34,8 +34,6 @@ from fedep.data import load_dataset, partition_sorted
 
 DETECTORS = {"PooledPCA": PooledPCA, "FedPG": FedPG, "FedEP": FedEP}
 
-LABELS = {"attack_type", "difficulty_level", "attack_cat", "label", "type", "id"}
-
 
 def _fit(cls, r, seed, X, groups):
     kw = {"n_components": r, "random_state": seed}
@@ -49,9 +47,8 @@ def _fit(cls, r, seed, X, groups):
 
 
 def run(name: str, data_dir: str, seed: int, ranks, methods) -> dict:
-    ds = load_dataset(name, data_dir, feature_set="rich")
-    raw = ds.raw_train.drop(columns=[c for c in ds.raw_train.columns if c in LABELS])
-    test = ds.raw_test.drop(columns=[c for c in ds.raw_test.columns if c in LABELS])
+    ds = load_dataset(name, data_dir, feature_set="paper")
+    raw, test = ds.raw_inputs()  # the raw tables without the label columns
     idx = np.random.default_rng(seed).permutation(len(raw))
     n_val = len(raw) // 5
     val, tr = idx[:n_val], idx[n_val:]

@@ -162,3 +162,28 @@ def test_parse_value_by_constraints():
     assert parse_value(t["standardize"], "false") is False
     assert parse_value(t["init"], "oneshot") == "oneshot"
     assert parse_value(t["init"], "sometimes") == "sometimes"  # left to the estimator
+
+
+def test_pipeline_parameters_on_every_surface():
+    # The feature pipeline's parameters come from its own declaration, like the
+    # estimators': CLI options, run-config keys (lists as comma-separated text).
+    import argparse
+
+    from fedep.features import FeaturePipeline
+    from fedep.params import (
+        add_param_options,
+        params_from_args,
+        pipeline_params_from_run_config,
+        pipeline_table,
+        run_config_defaults,
+    )
+
+    table = pipeline_table()
+    assert set(table) == set(FeaturePipeline().get_params())
+    assert {"include", "scale-rule", "scale-floor"} <= set(run_config_defaults())
+    got = pipeline_params_from_run_config({"include": "a, b", "scale-rule": "none", "alpha": 2})
+    assert got == {"include": ["a", "b"], "scale_rule": None}
+    ap = argparse.ArgumentParser()
+    add_param_options(ap, table, "pipeline")
+    args = ap.parse_args(["--exclude", "ts", "uid", "--scale-floor", "0.3"])
+    assert params_from_args(args, table) == {"exclude": ["ts", "uid"], "scale_floor": 0.3}

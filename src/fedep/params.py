@@ -9,6 +9,8 @@ places and gives every other surface the same parameters:
   ``--n-components``, ``--alpha``, ... ;
 - the Flower run configuration (:func:`run_config_defaults` /
   :func:`params_from_run_config`): ``n-components``, ``alpha``, ... ;
+- the same for the feature pipeline's parameters (:func:`pipeline_table`,
+  :func:`pipeline_params_from_run_config`): ``--include``, ``--scale-rule``, ... ;
 
 with one spelling per concept (the Python name with ``_`` -> ``-``), the estimator's
 defaults, and the estimator's own validation message for a bad value. Adding a
@@ -51,6 +53,8 @@ __all__ = [
     "run_config_defaults",
     "UNSET",
     "params_from_run_config",
+    "pipeline_params_from_run_config",
+    "pipeline_table",
     "option_name",
 ]
 
@@ -176,6 +180,8 @@ def parse_value(spec: ParamSpec, value: Any) -> Any:
         return value
     text = value.strip()
     low = text.lower()
+    if list in spec.constraints:  # a list of names, comma-separated on text surfaces
+        return [t.strip() for t in text.split(",") if t.strip()] or None
     for c in spec.constraints:
         if c is None and low in ("none", "null", ""):
             return None
@@ -310,19 +316,27 @@ def _default_text(spec: ParamSpec) -> str:
     return "default: " + ", ".join(f"{k} {v!r}" for k, v in spec.defaults.items())
 
 
-def add_param_options(parser: argparse.ArgumentParser, table=None) -> None:
+def add_param_options(
+    parser: argparse.ArgumentParser,
+    table=None,
+    title: str = "estimator parameters (one per estimator parameter)",
+) -> None:
     """Add one ``--key`` option per parameter of the table (default: not given).
 
-    A boolean parameter gets ``--key`` / ``--no-key``. Every option's default is
-    "not given" (the estimator's own default applies), so that
-    :func:`params_from_args` passes only what the user typed.
+    A boolean parameter gets ``--key`` / ``--no-key``, a list of names ``--key A B``.
+    Every option's default is "not given" (the estimator's own default applies), so
+    that :func:`params_from_args` passes only what the user typed.
     """
     table = param_table() if table is None else table
-    group = parser.add_argument_group("estimator parameters (one per estimator parameter)")
+    group = parser.add_argument_group(title)
     for spec in table.values():
         used = ", ".join(spec.estimators)
         help_ = f"{spec.help} ({_default_text(spec)}; {used})".replace("%", "%%")
-        if spec.constraints == ("boolean",):
+        if list in spec.constraints:
+            group.add_argument(
+                f"--{spec.key}", dest=f"param__{spec.name}", nargs="+", metavar="COL", help=help_
+            )
+        elif spec.constraints == ("boolean",):
             group.add_argument(
                 f"--{spec.key}",
                 dest=f"param__{spec.name}",
@@ -357,13 +371,33 @@ def params_from_args(args: argparse.Namespace, table=None) -> dict[str, Any]:
 UNSET = ""
 
 
+def pipeline_table() -> dict[str, ParamSpec]:
+    """The parameters of the feature pipeline (:class:`fedep.features.FeaturePipeline`),
+    the estimators' ``features="auto"``: ``--include``, ``--scale-rule``, ..."""
+    from fedep.features import FeaturePipeline
+
+    return param_table([FeaturePipeline])
+
+
 def run_config_defaults() -> dict[str, Any]:
-    """One run-config key per parameter of every estimator, each :data:`UNSET`.
+    """One run-config key per parameter of every estimator and of the feature
+    pipeline, each :data:`UNSET`.
 
     Flower only accepts ``--run-config`` keys that the app declares, so every
     parameter is declared; left unset it takes the chosen method's own default.
     """
-    return {spec.key: UNSET for spec in param_table().values()}
+    return {spec.key: UNSET for spec in (*param_table().values(), *pipeline_table().values())}
+
+
+def pipeline_params_from_run_config(run_config: dict) -> dict[str, Any]:
+    """The feature-pipeline parameters set in a Flower run config, as Python values
+    (a list of column names is comma-separated text)."""
+    out = {}
+    for spec in pipeline_table().values():
+        v = run_config.get(spec.key, UNSET)
+        if not (isinstance(v, str) and v == UNSET):
+            out[spec.name] = parse_value(spec, v)
+    return out
 
 
 def params_from_run_config(run_config: dict, method: str) -> dict[str, Any]:

@@ -38,3 +38,52 @@ def test_progress_lines_show_done_total_and_time_left(tmp_path):
     again.plan(["x", "y", "z"])
     assert "0 to compute, 3 stored" in logs[-1]
     assert format_duration(185) == "3 min 5 s"
+
+
+def test_plan_adds_the_other_feature_sets(tmp_path):
+    cfg = {**MODES["quick"], "protocols": ["clean"]}
+    data = Data(tmp_path, ["nsl-kdd"], cfg)  # empty dir: synthetic
+    plain = build_plan(Context(cfg=cfg, data=data, best_data=data))
+    ctx = Context(cfg=cfg, data=data, best_data=data, compare_data={"generic": data})
+    keys = [c.key for c in build_plan(ctx)]
+    extra = set(keys) - {c.key for c in plain}
+    per_method = 1 + len(cfg["seeds"])  # selection + one fit per seed
+    assert len(extra) == 1 + 3 * per_method + 1  # scaling, methods, split
+    assert "fs-generic-synthetic-scaling" in extra
+    # the scaling choice comes before the selections that use it
+    assert keys.index("fs-generic-synthetic-scaling") < keys.index(
+        "fs-generic-synthetic-select-FedEP"
+    )
+
+
+def test_unknown_feature_set_rejected(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="feature_set must be one of"):
+        Data(tmp_path, ["nsl-kdd"], MODES["quick"], feature_set="fancy")
+
+
+def test_scaling_selection_uses_validation_only():
+    import dataclasses
+
+    import pandas as pd
+
+    from fedep.evaluation.reproduce import synthetic_split
+    from fedep.evaluation.reproduce.plan import select_scaling
+
+    sp = synthetic_split(3)
+    frame = lambda X: pd.DataFrame(X, columns=[f"c{j}" for j in range(X.shape[1])])  # noqa: E731
+    sp = dataclasses.replace(
+        sp, X_train=frame(sp.X_train), X_val=frame(sp.X_val), X_test=frame(sp.X_test)
+    )
+    best = {**MODES["quick"]["best"], "ranks": [2, 5], "scalings": ["sd", "floor:0.3"]}
+    a = select_scaling(sp, best, seed=0)
+    rng = np.random.default_rng(0)
+    bad = dataclasses.replace(sp, y_test=rng.permutation(sp.y_test), X_test=sp.X_test * 100)
+    b = select_scaling(bad, best, seed=0)
+    assert a["chosen"] in ("sd", "floor:0.3") and a["chosen"] == b["chosen"]
+    assert set(a["by_scaling"]) == {"sd", "floor:0.3"}
+    for v in a["by_scaling"].values():
+        assert v["rank"] in (2, 5) and 0.5 < v["val_roc_auc"] <= 1.0
+    best_auc = max(v["val_roc_auc"] for v in a["by_scaling"].values())
+    assert a["by_scaling"][a["chosen"]]["val_roc_auc"] == best_auc

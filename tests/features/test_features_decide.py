@@ -156,3 +156,32 @@ def test_format_decisions(decisions):
     assert lines[0].split()[:4] == ["column", "kind", "action", "reason"]
     assert len(lines) == len(decisions) + 2
     assert any(line.startswith("bytes") and "log1p" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("dst_port", "port"),
+        ("Src Port", "port"),
+        ("Destination Port", "port"),
+        ("L4_SRC_PORT", "port"),
+        ("id.resp_p", "port"),
+        ("tcp_dport", "port"),
+        # Counts, flags and protocols whose names merely contain "port".
+        ("ct_src_dport_ltm", None),
+        ("is_sm_ips_ports", None),
+        ("transport", None),
+        ("report_count", None),
+    ],
+)
+def test_port_names_end_in_a_port_word(name, hint):
+    from fedep.features.decide import name_hint
+
+    assert name_hint(name) == hint
+
+
+def test_count_named_after_ports_stays_a_feature():
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"ct_src_dport_ltm": rng.integers(1, 40, 500), "x": rng.normal(size=500)})
+    dec = {d.name: d for d in decide_columns(summarize_columns(df))}
+    assert dec["ct_src_dport_ltm"].used

@@ -157,6 +157,7 @@ def test_parse_passes_estimator_options_as_run_config_keys(tmp_path):
     assert rc["method"] == "fedpg"
     keys = ("n-rounds", "n-components", "tol", "random-state")
     assert [rc[k] for k in keys] == [7, 3, 0.0, 3]
+    assert "include" not in rc and "scale-rule" not in rc  # only what was typed
     nodes = launch._node_configs(a)
     assert [n["data-path"] for n in nodes] == [str(c) for c in csvs]
     assert all(Path(n["model-path"]).is_absolute() for n in nodes)
@@ -367,3 +368,13 @@ def test_readme_launcher_line_runs(tmp_path, real_data_dir, how):
         f"gateway-{i}.fedep" for i in range(n)
     ]
     assert _processes_of(out) == []
+
+
+def test_parse_passes_pipeline_options_as_run_config_keys(tmp_path):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    opts = "--exclude ts uid --scale-rule shrink --scale-floor 0.3".split()
+    a = launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--out", "o", *opts])
+    rc = launch._run_config(a, a.table)
+    assert rc["exclude"] == "ts,uid" and rc["scale-rule"] == "shrink" and rc["scale-floor"] == 0.3
+    with pytest.raises(launch.UsageError, match="scale_floor"):
+        launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--scale-floor", "-1"])

@@ -47,7 +47,7 @@ _RESIDUALS = ("consensus_residual_rel", "data_residual_rel", "dual_residual_rel"
 
 
 def register(sub) -> None:
-    from fedep.params import METHODS, add_param_options
+    from fedep.params import METHODS, add_param_options, pipeline_table
 
     p = sub.add_parser(
         "fit",
@@ -72,14 +72,7 @@ def register(sub) -> None:
         "hmac:SECRET or @FILE (`fedep score --verify-key` then refuses altered files)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    g = p.add_argument_group("feature pipeline (with --features auto, the default)")
-    for opt, what in (
-        ("--include", "keep these columns even if a rule would drop them"),
-        ("--exclude", "never use these columns"),
-        ("--categorical", "one-hot encode these columns"),
-        ("--numeric", "treat these columns as numbers"),
-    ):
-        g.add_argument(opt, nargs="+", metavar="COL", help=what)
+    add_param_options(p, pipeline_table(), "feature pipeline (with --features auto, the default)")
     add_param_options(p)
     p.set_defaults(func=cmd_fit)
 
@@ -92,19 +85,18 @@ def build_estimator(args: argparse.Namespace):
     ValueError
         An option of another method, or the estimator's own message for a bad value.
     """
-    from fedep.params import make_estimator, params_from_args
+    from fedep.params import make_estimator, option_name, params_from_args
 
     params = params_from_args(args)
     overrides = pipeline_overrides(args)
     if overrides:
         if params.get("features", "auto") != "auto":
-            raise UsageError(
-                "--include / --exclude / --categorical / --numeric configure the feature "
-                "pipeline: they need --features auto"
-            )
+            opts = " / ".join(f"--{option_name(k)}" for k in overrides)
+            raise UsageError(f"{opts} configure the feature pipeline: they need --features auto")
         from fedep.features import FeaturePipeline
 
         params["features"] = FeaturePipeline(**overrides)
+        params["features"]._validate_params()  # refused before any data is read
     elif getattr(args, "dataset", None) is not None and "features" not in params:
         params["features"] = "numeric"  # the paper's features, as the reproduction
     det = make_estimator(args.method, params)
@@ -113,12 +105,10 @@ def build_estimator(args: argparse.Namespace):
 
 
 def pipeline_overrides(args: argparse.Namespace) -> dict:
-    """The FeaturePipeline overrides given on the command line."""
-    return {
-        k: list(getattr(args, k))
-        for k in ("include", "exclude", "categorical", "numeric")
-        if getattr(args, k, None)
-    }
+    """The FeaturePipeline parameters given on the command line."""
+    from fedep.params import params_from_args, pipeline_table
+
+    return params_from_args(args, pipeline_table())
 
 
 def non_default_params(det) -> dict:

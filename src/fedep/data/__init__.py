@@ -2,7 +2,7 @@
 
 from fedep.data.datasets import DATASETS, NSL_KDD_ATTACK_CATEGORIES, Dataset, load_dataset
 from fedep.data.errors import DataError, DatasetNotFoundError
-from fedep.data.features import FEATURE_SETS, FEATURE_SPECS, FORBIDDEN_COLUMNS
+from fedep.data.features import FEATURE_SETS, FEATURE_SPECS, FORBIDDEN_COLUMNS, TARGET_COLUMNS
 from fedep.data.files import (
     FileRecord,
     format_verify_report,
@@ -34,6 +34,7 @@ __all__ = [
     "FEATURE_SETS",
     "FEATURE_SPECS",
     "FORBIDDEN_COLUMNS",
+    "TARGET_COLUMNS",
     "NSL_KDD_ATTACK_CATEGORIES",
     "ClientSplit",
     "DataError",

@@ -41,16 +41,23 @@ from fedep.data.features import (
     FEATURE_SETS,
     FEATURE_SPECS,
     NSL_KDD_COLUMNS,
+    TARGET_COLUMNS,
     TON_IOT_COLUMNS,
     UNSW_NB15_COLUMNS,
     FeatureTransformer,
 )
 from fedep.data.files import DATASET_URLS, resolve_data_dir
 
-__all__ = ["DATASETS", "NSL_KDD_ATTACK_CATEGORIES", "Dataset", "load_dataset"]
+__all__ = ["ALIAS_COLUMNS", "DATASETS", "NSL_KDD_ATTACK_CATEGORIES", "Dataset", "load_dataset"]
 
 DATASETS = ("nsl-kdd", "unsw-nb15", "ton-iot")
 DEFAULT_TEST_SIZE = 0.3
+#: Columns the loader adds to the raw frames (alias -> source column), so that every
+#: dataset has the paper's ``src_bytes`` / ``dst_bytes`` partition keys. They are copies:
+#: the generic path drops them.
+ALIAS_COLUMNS: dict[str, dict[str, str]] = {
+    "unsw-nb15": {"src_bytes": "sbytes", "dst_bytes": "dbytes"},
+}
 
 #: NSL-KDD attack name -> category (the usual KDD'99 / NSL-KDD mapping).
 NSL_KDD_ATTACK_CATEGORIES: dict[str, str] = {
@@ -110,6 +117,18 @@ class Dataset:
     def n_features(self) -> int:
         """Number of features."""
         return self.X_train.shape[1]
+
+    def raw_inputs(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The raw training and test tables as a user's own files would hold them.
+
+        Every column of ``raw_train`` / ``raw_test`` except the label and attack-class
+        columns (:data:`~fedep.data.features.TARGET_COLUMNS`) and the loader's aliases
+        (:data:`ALIAS_COLUMNS`): identifiers, addresses and text stay, for the feature
+        pipeline (``features="auto"``) to decide about, as it would on a user's file.
+        """
+        drop = set(TARGET_COLUMNS.get(self.name, ())) | set(ALIAS_COLUMNS.get(self.name, {}))
+        keep = [c for c in self.raw_train.columns if c not in drop]
+        return self.raw_train[keep], self.raw_test[keep]
 
 
 def _require(root: Path, dataset: str, rel: str) -> Path:
@@ -325,9 +344,9 @@ def load_dataset(
     X_tr = tf.fit_transform(raw_tr, line_offset=line_offset)
     tf.source = Path(info["files"][-1]).name
     X_te = tf.transform(raw_te, line_offset=line_offset)
-    if key == "unsw-nb15":
-        raw_tr = raw_tr.assign(src_bytes=raw_tr["sbytes"], dst_bytes=raw_tr["dbytes"])
-        raw_te = raw_te.assign(src_bytes=raw_te["sbytes"], dst_bytes=raw_te["dbytes"])
+    for alias, col in ALIAS_COLUMNS.get(key, {}).items():
+        raw_tr = raw_tr.assign(**{alias: raw_tr[col]})
+        raw_te = raw_te.assign(**{alias: raw_te[col]})
     info.update(
         {
             "name": key,

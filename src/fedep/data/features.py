@@ -50,6 +50,7 @@ __all__ = [
     "FEATURE_SETS",
     "FEATURE_SPECS",
     "FORBIDDEN_COLUMNS",
+    "TARGET_COLUMNS",
     "NSL_KDD_COLUMNS",
     "UNSW_NB15_COLUMNS",
     "TON_IOT_COLUMNS",
@@ -87,6 +88,15 @@ TON_IOT_COLUMNS: tuple[str, ...] = (
     "http_user_agent http_orig_mime_types http_resp_mime_types weird_name weird_addl "
     "weird_notice label type"
 ).split()
+
+#: The label / attack-class columns of each dataset: what a detector must never see.
+#: The generic path (the raw table as a user's file) drops only these and lets the
+#: feature pipeline decide about every other column.
+TARGET_COLUMNS: dict[str, frozenset[str]] = {
+    "nsl-kdd": frozenset({"attack_type", "difficulty_level"}),
+    "unsw-nb15": frozenset({"attack_cat", "label"}),
+    "ton-iot": frozenset({"label", "type"}),
+}
 
 #: Columns that must never reach the features (identifiers, free text, targets).
 FORBIDDEN_COLUMNS: dict[str, frozenset[str]] = {

@@ -115,7 +115,12 @@ NAME_HINTS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
     ),
     "port": (
         frozenset("sport dport spt dpt id_orig_p id_resp_p".split()),
-        (r".*port.*", r"id_.*_p"),
+        # The name must END in a port word: "ct_src_dport_ltm" (a count), "transport"
+        # (a protocol) or "is_sm_ips_ports" (a flag) are not endpoint ports.
+        (
+            r"(.*_)?(src|dst|s|d|source|dest|destination|orig|resp|local|remote)?_?port",
+            r"id_.*_p",
+        ),
     ),
     "identifier": (
         frozenset("uid id uuid fuid flow_id conn_id session_id row_id index unnamed_0".split()),

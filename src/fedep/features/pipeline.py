@@ -30,12 +30,14 @@ JSON-able form (no pickle) that reproduces the transform bit for bit.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
 from fedep.core.stats import Moments, client_moments, combine_moments
 from fedep.features._values import (
@@ -134,16 +136,25 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    include, exclude, categorical, numeric : sequence of str, optional
-        User overrides, see :func:`fedep.features.decide_columns`.
+    include : sequence of str, optional
+        Keep these columns even if a rule would drop them. User overrides win over
+        the automatic decisions (:func:`fedep.features.decide_columns`).
+    exclude : sequence of str, optional
+        Never use these columns.
+    categorical : sequence of str, optional
+        One-hot encode these columns.
+    numeric : sequence of str, optional
+        Treat these columns as numbers.
     max_categories : int, default=32
         One-hot vocabulary size per column.
     scale_rule : {"floor", "sd", "shrink"} or None, default="floor"
-        Federated scale rule (:func:`fedep.features.federated_scale`); ``None``: no
-        centring/scaling.
+        How the encoded features are scaled after centring: sd, sd floored, or
+        variance shrunk toward the typical one; none: neither centred nor scaled. See
+        :func:`fedep.features.federated_scale`.
     scale_floor : float, default=0.1
-        The rule's parameter (floor fraction, or shrinkage weight for ``"shrink"``).
-        Choose it on validation data (:func:`fedep.features.choose_scaling`).
+        The scale rule's parameter: the floor as a fraction of the typical sd, or the
+        shrinkage weight in [0, 1]. Choose it on validation data
+        (:func:`fedep.features.choose_scaling`).
     sketch_size : int, default=32
         Quantile-sketch bins per decade.
 
@@ -161,6 +172,19 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
     last_ignored_columns_ : list of str
         Columns of the last transformed frame that were not seen at fit.
     """
+
+    # Declared once, as for the estimators: :mod:`fedep.params` derives the
+    # ``fedep fit`` options and the Flower run-config keys from it.
+    _parameter_constraints: dict = {
+        "include": [list, tuple, str, None],
+        "exclude": [list, tuple, str, None],
+        "categorical": [list, tuple, str, None],
+        "numeric": [list, tuple, str, None],
+        "max_categories": [Interval(numbers.Integral, 1, None, closed="left")],
+        "scale_rule": [StrOptions(set(SCALE_RULES)), None],
+        "scale_floor": [Interval(numbers.Real, 0, None, closed="left")],
+        "sketch_size": [Interval(numbers.Integral, 4, None, closed="left")],
+    }
 
     def __init__(
         self,
@@ -206,8 +230,10 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        if self.scale_rule is not None and self.scale_rule not in SCALE_RULES:
-            raise FeatureError(f"scale_rule must be None or one of {SCALE_RULES}")
+        try:
+            self._validate_params()
+        except InvalidParameterError as exc:
+            raise FeatureError(str(exc)) from None
         merged = merge_summaries(summaries)
         self.summary_ = merged
         self.decisions_ = decide_columns(

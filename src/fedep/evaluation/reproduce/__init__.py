@@ -37,11 +37,12 @@ paper)" rows use the best-F1 threshold on the TEST set: optimistic, for comparis
 with the paper's numbers only. When no real dataset is found the synthetic scenario
 (:func:`fedep.data.make_federated_data`) is run instead.
 
-results.json schema (``schema_version`` 3; version 2 added ``best``, version 3
-replaced ``importance`` by ``contributions`` and added ROC ``operating_point``)::
+results.json schema (``schema_version`` 4; version 2 added ``best``, version 3
+replaced ``importance`` by ``contributions`` and added ROC ``operating_point``,
+version 4 added ``feature_sets``)::
 
     {
-      "schema_version": 3,
+      "schema_version": 4,
       "mode": "quick" | "full",
       "command": str, "versions": {package: version}, "platform": str,
       "started": ISO time, "wall_time_s": float,
@@ -82,6 +83,12 @@ replaced ``importance`` by ``contributions`` and added ROC ``operating_point``):
                       (first seed),
                "trivial": {dataset: metrics of the flag-all detector}},
                "splits": {dataset: split info (first seed)}},
+      "feature_sets": {"sets": ["rich", "paper", "generic"] (headline set first),
+                       "table": [{"dataset", "feature_set", "method", "rank", "params",
+                                  "val_roc_auc", "n_features" (encoded), "mean", "std",
+                                  "n_seeds", "fit_time_s"}],
+                       "scaling": {dataset: {"chosen": rule, "by_scaling": {rule:
+                                   {"val_roc_auc", "rank"}}}} (generic path, validation)},
       "cells": {"computed": int, "cached": int}
     }
 

@@ -23,6 +23,7 @@ __all__ = [
     "summarise",
     "short_row",
     "collect_best",
+    "collect_feature_sets",
     "collect_main",
     "collect_rounds",
     "collect_ablation",
@@ -205,3 +206,42 @@ def collect_scalability(values: Values, cfg: dict, name: str) -> list[dict]:
         for n in cfg["scal_clients"]
         for m in ROUND_METHODS
     ]
+
+
+def collect_feature_sets(values: Values, cfg: dict, ctx) -> dict:
+    """``results.json["feature_sets"]``: the headline protocol on every feature set
+    (the headline's own cells for its set), and the generic path's scaling choice.
+
+    ``table`` rows: dataset, feature_set, method, rank, params, val_roc_auc,
+    n_features (encoded), mean / std of the honest test metrics over seeds.
+    """
+    out: dict[str, Any] = {"sets": [], "table": [], "scaling": {}}
+    sets = [ctx.headline_set, *ctx.compare_sets]
+    out["sets"] = [fs.feature_set for fs in sets]
+    for fs in sets:
+        for name in fs.data.names:
+            pre = fs.prefix(name)
+            for method in BEST_METHODS:
+                sel = values[f"{pre}-select-{method}"]
+                runs = [values[f"{pre}-{method}-s{seed}"] for seed in cfg["seeds"]]
+                mean, std = summarise([r["honest"] for r in runs])
+                params = dict(sel["best_params"])
+                out["table"].append(
+                    {
+                        "dataset": name,
+                        "feature_set": fs.feature_set,
+                        "method": method,
+                        "rank": int(params["n_components"]),
+                        "params": params,
+                        "val_roc_auc": float(sel["best_score"]),
+                        "n_features": runs[0].get("n_features"),
+                        "mean": mean,
+                        "std": std,
+                        "n_seeds": len(runs),
+                        "fit_time_s": float(np.mean([r["fit_time_s"] for r in runs])),
+                    }
+                )
+            if f"{pre}-scaling" in values:
+                sc = values[f"{pre}-scaling"]
+                out["scaling"][name] = {"chosen": sc["chosen"], "by_scaling": sc["by_scaling"]}
+    return out

@@ -11,8 +11,8 @@ from typing import Any
 
 #: Version of ``results.json`` (2 added ``best``; 3 replaced ``importance``, the sum of
 #: |loadings|, by ``contributions``, what makes test attacks anomalous, and added the
-#: ROC operating points).
-SCHEMA_VERSION = 3
+#: ROC operating points; 4 added ``feature_sets``).
+SCHEMA_VERSION = 4
 DATASETS = ("nsl-kdd", "unsw-nb15", "ton-iot")
 METHOD_ORDER = ("FedEP", "FedPG", "PooledPCA", "LocalPCA", "OneShotPCA")
 
@@ -31,6 +31,10 @@ PAPER_NUMBERS: dict[str, dict[str, dict[str, float]]] = {
         "FedEP": dict(acc=0.8424, pre=0.8966, rec=0.8175, fnr=0.1825, f1=0.8552, roc_auc=0.8899),
     },
 }
+
+#: Scaling rules of the generic path's feature pipeline (``rule:parameter``, see
+#: :func:`fedep.features.federated_scale`), one chosen per dataset on validation data.
+SCALINGS = ["sd", "floor:0.01", "floor:0.1", "floor:0.3", "shrink:0.3"]
 
 #: Settings per mode. ``grid`` is searched on the validation split (clean protocol,
 #: first seed) per dataset; an empty grid keeps the documented defaults.
@@ -64,6 +68,8 @@ MODES: dict[str, dict[str, Any]] = {
             "refit_train_rows": 1500,
             "max_val_rows": 3000,
             "max_test_rows": 8000,
+            "compare_feature_sets": ["paper", "generic"],
+            "scalings": ["sd", "floor:0.1", "shrink:0.3"],
         },
     },
     "full": {
@@ -108,6 +114,10 @@ MODES: dict[str, dict[str, Any]] = {
             "refit_train_rows": None,
             "max_val_rows": 5000,
             "max_test_rows": None,
+            # The same protocol on the other feature sets: the paper's columns, and the
+            # raw tables through the automatic feature pipeline (a user's files).
+            "compare_feature_sets": ["paper", "generic"],
+            "scalings": SCALINGS,
         },
     },
 }

@@ -7,14 +7,22 @@ from the cache still describes every split.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from fedep.data import ClientSplit, DatasetNotFoundError, load_dataset, make_federated_data
+from fedep.data import (
+    ClientSplit,
+    Dataset,
+    DatasetNotFoundError,
+    load_dataset,
+    make_federated_data,
+)
 from fedep.evaluation.experiment import prepare_split, subsample_split
 
-__all__ = ["Data", "synthetic_split", "split_info"]
+__all__ = ["FEATURE_SETS", "Data", "synthetic_split", "split_info"]
 
 
 def synthetic_split(seed: int, n_clients: int = 20, rank: int = 5) -> ClientSplit:
@@ -56,19 +64,64 @@ def synthetic_split(seed: int, n_clients: int = 20, rank: int = 5) -> ClientSpli
     )
 
 
+#: Feature sets of the reproduction: the dataset loader's two hand-written
+#: specifications, and ``"generic"``, the raw tables through the automatic feature
+#: pipeline as a user's files (:meth:`fedep.data.Dataset.raw_inputs`).
+FEATURE_SETS = ("paper", "rich", "generic")
+
+
+def _row_ids(ds: Dataset) -> Dataset:
+    """``ds`` with one feature, the row number, so that the numeric split machinery
+    (partition, protocol, subsampling) picks rows that :func:`_raw_split` then takes
+    from the raw tables."""
+    return dataclasses.replace(
+        ds,
+        X_train=np.arange(len(ds.y_train), dtype=float)[:, None],
+        X_test=np.arange(len(ds.y_test), dtype=float)[:, None],
+        feature_names=["row"],
+    )
+
+
+def _raw_split(sp: ClientSplit, ds: Dataset) -> ClientSplit:
+    """A split of row numbers (from :func:`_row_ids`) as raw DataFrames."""
+    train, test = ds.raw_inputs()
+
+    def rows(frame: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:
+        return frame.iloc[np.asarray(ids[:, 0], dtype=np.int64)].reset_index(drop=True)
+
+    return dataclasses.replace(
+        sp,
+        X_train=rows(train, sp.X_train),
+        X_val=rows(train, sp.X_val),
+        X_test=rows(test, sp.X_test),
+        feature_names=list(train.columns),
+        info={**sp.info, "feature_set": "generic"},
+    )
+
+
 class Data:
-    """Lazy access to datasets and splits (loaded only when a cell must be computed)."""
+    """Lazy access to datasets and splits (loaded only when a cell must be computed).
+
+    ``feature_set="generic"`` splits hold the raw tables (DataFrames, label columns
+    removed) on the same rows as the other feature sets' splits of the same seed.
+    """
 
     def __init__(self, data_dir, names, cfg, feature_set: str = "paper"):
+        if feature_set not in FEATURE_SETS:
+            raise ValueError(f"feature_set must be one of {FEATURE_SETS}; got {feature_set!r}")
         self.data_dir = data_dir
         self.cfg = cfg
+        self.feature_set = feature_set
         self._ds: dict[str, Any] = {}
         self._splits: dict[tuple, ClientSplit] = {}
         self.missing: dict[str, str] = {}
         self.names: list[str] = []
+        # The generic path encodes the raw tables itself: load the cheap spec for the
+        # labels and frames.
+        spec = "paper" if feature_set == "generic" else feature_set
         for n in names:
             try:
-                self._ds[n] = load_dataset(n, data_dir, feature_set=feature_set)
+                self._ds[n] = load_dataset(n, data_dir, feature_set=spec)
                 self.names.append(n)
             except DatasetNotFoundError as e:
                 self.missing[n] = str(e).splitlines()[0]
@@ -85,10 +138,12 @@ class Data:
         key = (name, protocol, seed, n_clients, mtr)
         if key in self._splits:
             return self._splits[key]
+        generic = self.feature_set == "generic" and name != "synthetic"
         if name == "synthetic":
             sp = synthetic_split(seed, n_clients, self.cfg["rank"])
         else:
-            sp = prepare_split(self._ds[name], n_clients, protocol, seed)
+            ds = _row_ids(self._ds[name]) if generic else self._ds[name]
+            sp = prepare_split(ds, n_clients, protocol, seed)
             sp = subsample_split(sp, mtr, self.cfg["max_val_rows"], seed)
             mt = self.cfg.get("max_test_rows")
             if mt is not None and len(sp.y_test) > mt:
@@ -99,6 +154,8 @@ class Data:
                 if sp.groups_test is not None:
                     sp.groups_test = sp.groups_test[keep]
                 sp.info["n_test_used"] = mt
+            if generic:
+                sp = _raw_split(sp, self._ds[name])
         self._splits[key] = sp
         return sp
 

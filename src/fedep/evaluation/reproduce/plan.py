@@ -11,7 +11,7 @@ cached run and a fresh one walk the same plan. :mod:`.collect` turns the values 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,12 +28,17 @@ from fedep.evaluation.reproduce.config import (
 )
 from fedep.evaluation.reproduce.data import Data, split_info
 from fedep.evaluation.selection import grid_search
+from fedep.features import FeaturePipeline
 
 __all__ = [
     "Cell",
     "Context",
     "build_plan",
     "best_cells",
+    "feature_set_cells",
+    "FeatureSetCells",
+    "make_set_detector",
+    "select_scaling",
     "selection_cells",
     "main_cells",
     "round_cells",
@@ -62,90 +67,191 @@ class Cell:
 
 @dataclass
 class Context:
-    """What the cells compute from: the mode's settings and the two data sources
-    (paper feature set for the secondary tables, ``best["feature_set"]`` for the
-    headline)."""
+    """What the cells compute from: the mode's settings and the data sources (paper
+    feature set for the secondary tables, ``best["feature_set"]`` for the headline,
+    ``compare_data`` for the other feature sets under the headline protocol)."""
 
     cfg: dict
     data: Data
     best_data: Data
+    compare_data: dict[str, Data] = field(default_factory=dict)
 
     @property
     def seed0(self) -> int:
         return self.cfg["seeds"][0]
 
+    @property
+    def headline_set(self) -> FeatureSetCells:
+        return FeatureSetCells(self.cfg["best"]["feature_set"], self.best_data, headline=True)
+
+    @property
+    def compare_sets(self) -> list[FeatureSetCells]:
+        return [FeatureSetCells(fs, d, headline=False) for fs, d in self.compare_data.items()]
+
 
 # --------------------------------------------------------------------------- headline
-def select_best_config(method: str, sp, best: dict, seed: int = 0) -> dict:
+def make_set_detector(method: str, params: dict, seed: int = 0):
+    """:func:`make_detector`, where a ``"scaling"`` entry (``"rule"`` or
+    ``"rule:parameter"``, e.g. ``"floor:0.1"``) becomes the feature pipeline of the
+    generic path (``features=FeaturePipeline(scale_rule=..., scale_floor=...)``)."""
+    p = dict(params)
+    scaling = p.pop("scaling", None)
+    if scaling is not None:
+        rule, _, value = str(scaling).partition(":")
+        p["features"] = FeaturePipeline(scale_rule=rule, scale_floor=float(value or 0.0))
+    return make_detector(method, p, seed)
+
+
+def select_best_config(
+    method: str, sp, best: dict, seed: int = 0, extra: dict | None = None
+) -> dict:
     """Validation-only hyper-parameter selection for the headline table.
 
     Calls :func:`fedep.evaluation.selection.grid_search` with the split's TRAINING rows
     and its VALIDATION rows/labels (carved from training) only: ``sp.X_test`` and
     ``sp.y_test`` are never read, so permuting or replacing them cannot change the
-    result. Returns ``grid_search``'s dict plus ``grid``.
+    result. ``extra`` (e.g. the generic path's chosen ``scaling``) is fixed under
+    every grid point. Returns ``grid_search``'s dict plus ``grid``.
     """
     grid = best_grid(method, best, sp.X_train.shape[1])
     sel = grid_search(
-        lambda p: make_detector(method, p, seed),
+        lambda p: make_set_detector(method, p, seed),
         grid,
         sp.X_train,
         sp.groups_train,
         sp.X_val,
         sp.y_val,
-        base_params=best_base_params(method, best),
+        base_params={**best_base_params(method, best), **(extra or {})},
     )
     sel["grid"] = grid
     return sel
 
 
-def _best_split(ctx: Context, name: str, seed: int):
-    refit = ctx.cfg["best"].get("refit_train_rows", "cfg")
-    return ctx.best_data.split(name, "clean", seed, max_train_rows=refit)
+def select_scaling(sp, best: dict, seed: int = 0) -> dict:
+    """The generic path's feature scaling, chosen on the validation split only.
+
+    PooledPCA (closed form, cheap) is fitted for every scaling rule of
+    ``best["scalings"]`` and every rank of ``best["ranks"]``; the rule of the best
+    validation ROC AUC is kept and then fixed for every method. Returns
+    ``grid_search``'s dict plus ``by_scaling`` (each rule's best validation ROC AUC
+    over the ranks, and that rank) and ``chosen``.
+    """
+    grid = {
+        "scaling": list(best["scalings"]),
+        "n_components": best_grid("PooledPCA", best, 10**9)["n_components"],
+    }
+    sel = grid_search(
+        lambda p: make_set_detector("PooledPCA", p, seed),
+        grid,
+        sp.X_train,
+        sp.groups_train,
+        sp.X_val,
+        sp.y_val,
+    )
+    by: dict[str, dict] = {}
+    for r in sel["results"]:
+        sc, auc = r["params"]["scaling"], r["val_roc_auc"]
+        if sc not in by or (np.isfinite(auc) and not auc <= by[sc]["val_roc_auc"]):
+            by[sc] = {"val_roc_auc": auc, "rank": r["params"]["n_components"]}
+    sel["by_scaling"] = by
+    sel["chosen"] = sel["best_params"]["scaling"]
+    return sel
 
 
-def _best_select(ctx: Context, name: str, method: str) -> Callable[[Values], Any]:
+@dataclass(frozen=True)
+class FeatureSetCells:
+    """Where one feature set's headline-protocol cells live: the cell-key prefix of a
+    dataset (``best-{name}`` for the headline set, ``fs-{set}-{name}`` for the others)
+    and its data."""
+
+    feature_set: str
+    data: Data
+    headline: bool
+
+    def prefix(self, name: str) -> str:
+        return f"best-{name}" if self.headline else f"fs-{self.feature_set}-{name}"
+
+
+def _set_split(ctx: Context, fs: FeatureSetCells, name: str, seed: int, refit: bool):
+    if not refit:
+        return fs.data.split(name, "clean", seed)
+    mtr = ctx.cfg["best"].get("refit_train_rows", "cfg")
+    return fs.data.split(name, "clean", seed, max_train_rows=mtr)
+
+
+def _set_select(ctx: Context, fs: FeatureSetCells, name: str, method: str):
+    scaling_key = f"{fs.prefix(name)}-scaling" if fs.feature_set == "generic" else None
+
     def compute(values: Values) -> dict:
-        sp = ctx.best_data.split(name, "clean", ctx.seed0)
-        return select_best_config(method, sp, ctx.cfg["best"], ctx.seed0)
+        extra = {"scaling": values[scaling_key]["chosen"]} if scaling_key else None
+        sp = _set_split(ctx, fs, name, ctx.seed0, refit=False)
+        return select_best_config(method, sp, ctx.cfg["best"], ctx.seed0, extra)
 
     return compute
 
 
-def _best_fit(ctx: Context, name: str, method: str, seed: int) -> Callable[[Values], Any]:
+def _set_fit(ctx: Context, fs: FeatureSetCells, name: str, method: str, seed: int):
     def compute(values: Values) -> dict:
-        params = dict(values[f"best-{name}-select-{method}"]["best_params"])
-        det = make_detector(method, params, seed)
-        r = evaluate_detector(det, _best_split(ctx, name, seed), with_roc=seed == ctx.seed0)
+        params = dict(values[f"{fs.prefix(name)}-select-{method}"]["best_params"])
+        det = make_set_detector(method, params, seed)
+        sp = _set_split(ctx, fs, name, seed, refit=True)
+        r = evaluate_detector(det, sp, with_roc=fs.headline and seed == ctx.seed0)
         r.pop("per_class", None)
+        r["n_features"] = int(det.components_.shape[1])  # encoded, for the generic path
         return r
 
     return compute
 
 
+def feature_set_cells(ctx: Context, fs: FeatureSetCells, name: str) -> list[Cell]:
+    """The headline protocol on one feature set and dataset: (for the generic path
+    the scaling selection,) per method a validation selection and one fit per seed;
+    the trivial detector and the split's sizes."""
+    pre = fs.prefix(name)
+    sec = (
+        f"{name} (best honest configuration)"
+        if fs.headline
+        else f"{name} ({fs.feature_set} features, headline protocol)"
+    )
+    cells = []
+    if fs.feature_set == "generic":
+        cells.append(
+            Cell(
+                f"{pre}-scaling",
+                sec,
+                lambda v: select_scaling(
+                    _set_split(ctx, fs, name, ctx.seed0, refit=False), ctx.cfg["best"], ctx.seed0
+                ),
+            )
+        )
+    for method in BEST_METHODS:
+        cells.append(Cell(f"{pre}-select-{method}", sec, _set_select(ctx, fs, name, method)))
+        for seed in ctx.cfg["seeds"]:
+            cells.append(
+                Cell(f"{pre}-{method}-s{seed}", sec, _set_fit(ctx, fs, name, method, seed))
+            )
+    if fs.headline:
+        cells.append(
+            Cell(
+                f"{pre}-trivial",
+                sec,
+                lambda v: trivial_detector_metrics(fs.data.split(name, "clean", ctx.seed0).y_test),
+            )
+        )
+    cells.append(
+        Cell(
+            f"{pre}-split",
+            sec,
+            lambda v: split_info(_set_split(ctx, fs, name, ctx.seed0, refit=True)),
+        )
+    )
+    return cells
+
+
 def best_cells(ctx: Context, name: str) -> list[Cell]:
     """Headline cells of one dataset: per method a validation selection and one fit
     per seed; the trivial detector; the split's sizes."""
-    sec = f"{name} (best honest configuration)"
-    cells = []
-    for method in BEST_METHODS:
-        cells.append(Cell(f"best-{name}-select-{method}", sec, _best_select(ctx, name, method)))
-        for seed in ctx.cfg["seeds"]:
-            cells.append(
-                Cell(f"best-{name}-{method}-s{seed}", sec, _best_fit(ctx, name, method, seed))
-            )
-    cells.append(
-        Cell(
-            f"best-{name}-trivial",
-            sec,
-            lambda v: trivial_detector_metrics(
-                ctx.best_data.split(name, "clean", ctx.seed0).y_test
-            ),
-        )
-    )
-    cells.append(
-        Cell(f"best-{name}-split", sec, lambda v: split_info(_best_split(ctx, name, ctx.seed0)))
-    )
-    return cells
+    return feature_set_cells(ctx, ctx.headline_set, name)
 
 
 # --------------------------------------------------------------------------- paper setting
@@ -329,6 +435,9 @@ def build_plan(ctx: Context) -> list[Cell]:
     plan: list[Cell] = []
     for name in ctx.best_data.names:
         plan += best_cells(ctx, name)
+    for fs in ctx.compare_sets:
+        for name in fs.data.names:
+            plan += feature_set_cells(ctx, fs, name)
     for name in ctx.data.names:
         plan += selection_cells(ctx, name)
         plan += main_cells(ctx, name)

@@ -52,7 +52,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _best_data(data_dir, names, cfg: dict) -> Data:
+def _best_data(data_dir, names, cfg: dict, feature_set: str | None = None) -> Data:
     best = cfg["best"]
     sub = {
         "n_clients": cfg["n_clients"],
@@ -62,7 +62,7 @@ def _best_data(data_dir, names, cfg: dict) -> Data:
         "max_val_rows": best["max_val_rows"],
         "max_test_rows": best["max_test_rows"],
     }
-    return Data(data_dir, names, sub, feature_set=best["feature_set"])
+    return Data(data_dir, names, sub, feature_set=feature_set or best["feature_set"])
 
 
 def run_plan(plan, cells: Cells, log: Callable[[str], None]) -> dict[str, Any]:
@@ -133,7 +133,15 @@ def run_reproduce(
     if data.source == "synthetic":
         log("no dataset found: running the synthetic scenario")
         cfg["protocols"] = ["clean"]
-    ctx = Context(cfg=cfg, data=data, best_data=_best_data(data_dir, names, cfg))
+    compare = {}
+    if data.source == "real":
+        compare = {
+            fs: _best_data(data_dir, names, cfg, fs)
+            for fs in cfg["best"].get("compare_feature_sets", [])
+        }
+    ctx = Context(
+        cfg=cfg, data=data, best_data=_best_data(data_dir, names, cfg), compare_data=compare
+    )
     values = run_plan(build_plan(ctx), cells, log)
 
     main = collect.collect_main(values, cfg, data.names)
@@ -159,6 +167,7 @@ def run_reproduce(
         "rank": collect.collect_rank(values, cfg, data.names),
         "scalability": collect.collect_scalability(values, cfg, data.names[0]),
         "best": collect.collect_best(values, cfg, ctx.best_data.names),
+        "feature_sets": collect.collect_feature_sets(values, cfg, ctx),
         "data": {
             "source": data.source,
             "data_dir": str(data_dir) if data_dir is not None else os.environ.get("FEDEP_DATA_DIR"),

@@ -500,11 +500,12 @@ def build_parser():
     ``--method`` offers the methods with rounds to federate; one option per
     parameter of their estimators (:func:`fedep.params.add_param_options`).
     """
-    from fedep.params import add_param_options, param_table
+    from fedep.params import add_param_options, param_table, pipeline_table
 
     methods = _iterative_methods()
     table = param_table(list(dict.fromkeys(methods.values())))
     ap = _base_parser(list(methods))
+    add_param_options(ap, pipeline_table(), "feature pipeline (gateways with raw tables)")
     add_param_options(ap, table)
     return ap, table
 
@@ -563,17 +564,28 @@ def parse(argv=None):
     if not {"-h", "--help"} & set(argv):
         # The checks that need no estimator first: answered before scikit-learn loads.
         _check_run_args(_base_parser(None).parse_known_args(argv)[0])
-    from fedep.params import make_estimator, params_from_args
+    from fedep.features import FeaturePipeline
+    from fedep.params import make_estimator, params_from_args, pipeline_table
 
     ap, table = build_parser()
     a = ap.parse_args(argv)
     _check_run_args(a)
     params = params_from_args(a, table)
+    ptable = pipeline_table()
+    pipe = params_from_args(a, ptable)
     try:
-        make_estimator(a.method, params)
+        est = make_estimator(a.method, params)
+        if pipe and est.features != "auto":
+            raise ValueError("the feature-pipeline options need --features auto")
+        FeaturePipeline(**pipe)._validate_params()
     except ValueError as exc:
         raise UsageError(_one_line(exc)) from None
     a.params, a.table = params, table
+    # Lists travel as comma-separated text (run-config values are TOML scalars).
+    a.pipeline_config = {
+        ptable[k].key: ",".join(v) if isinstance(v, list) else ("none" if v is None else v)
+        for k, v in pipe.items()
+    }
     a.out = _prepare_out(a.out, a.overwrite)
     return a
 
@@ -630,6 +642,7 @@ def _run_config(a, table) -> dict:
     }
     for name, value in a.params.items():
         rc[table[name].key] = "none" if value is None else value
+    rc.update(getattr(a, "pipeline_config", {}))
     return rc
 
 

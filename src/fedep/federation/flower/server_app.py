@@ -53,7 +53,13 @@ from fedep.federation.flower.protocol import (
 from fedep.federation.rounds import FederationResult, TooFewClients
 from fedep.federation.server import merge_reports, validate_report
 from fedep.modelfile.signing import parse_key
-from fedep.params import make_estimator, params_from_run_config, run_config_defaults
+from fedep.params import (
+    make_estimator,
+    option_name,
+    params_from_run_config,
+    pipeline_params_from_run_config,
+    run_config_defaults,
+)
 
 __all__ = ["app", "run_federation", "exchange", "DEFAULT_RUN_CONFIG", "RUN_KEYS"]
 
@@ -307,7 +313,9 @@ def _fill_absent(summaries: list) -> list:
     return out
 
 
-def fit_features(grid: Grid, gw: Gateways, timeout: float, min_clients: int):
+def fit_features(
+    grid: Grid, gw: Gateways, timeout: float, min_clients: int, params: dict | None = None
+):
     """The feature pipeline of gateways holding raw tables, fitted in two phases.
 
     ``query.summaries``: each gateway's column summaries -> merged -> column decisions
@@ -315,6 +323,7 @@ def fit_features(grid: Grid, gw: Gateways, timeout: float, min_clients: int):
     ``query.feature_moments``: the moments of each gateway's encoded features -> the
     pipeline's federated scaling (:meth:`~fedep.features.FeaturePipeline.fit_scaling`).
     Gateways are taken in client-label order, as the in-process ``fit`` takes them.
+    ``params``: the pipeline's parameters (run-config ``include``, ``scale-rule``, ...).
 
     Returns
     -------
@@ -323,9 +332,9 @@ def fit_features(grid: Grid, gw: Gateways, timeout: float, min_clients: int):
     """
     from fedep.features import ColumnSummaries, FeaturePipeline
 
-    pipe = FeaturePipeline()
-    params = {"params": jsonable(pipe.get_params())}
-    content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(params)})})
+    pipe = FeaturePipeline(**(params or {}))
+    sent = {"params": jsonable(pipe.get_params())}
+    content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(sent)})})
     nodes = {gw.node_of[lab]: content for lab in gw.order}
     replies, failed, s_b, r_b = exchange(grid, nodes, "query.summaries", "summaries", timeout)
     _fail(gw, failed, "summaries")
@@ -551,6 +560,20 @@ def finalize_gateways(grid, gw: Gateways, clients: RemoteClients, res, timeout) 
     return sorted(gw.label_of[n] for n in replies)
 
 
+def pipeline_params(run_config: dict, est) -> dict:
+    """The feature-pipeline parameters of a run config, validated by the pipeline's own
+    rules (before any message is sent); they need the estimator's ``features="auto"``.
+    """
+    from fedep.features import FeaturePipeline
+
+    params = pipeline_params_from_run_config(run_config)
+    if params and est.features != "auto":
+        keys = ", ".join(option_name(k) for k in params)
+        raise ValueError(f"{keys} configure the feature pipeline: they need features 'auto'")
+    FeaturePipeline(**params)._validate_params()
+    return params
+
+
 def run_federation(
     grid: Grid,
     run_config: dict | None = None,
@@ -579,6 +602,7 @@ def run_federation(
         grid = SigningGrid(grid, key)
     method = str(cfg["method"])
     est = make_estimator(method, params_from_run_config(cfg, method))
+    pipe_params = pipeline_params(cfg, est)
     if not hasattr(est, "_make_cohort"):
         raise ValueError(
             f"method {method} has no rounds to federate; Flower runs fedep, fedpg and the "
@@ -599,7 +623,7 @@ def run_federation(
     gw, pooled = collect_moments(grid, nodes, timeout, min_clients, est.features)
     pipe = None
     if pooled is None:  # raw tables: the feature pipeline first
-        pipe = fit_features(grid, gw, timeout, min_clients)
+        pipe = fit_features(grid, gw, timeout, min_clients, pipe_params)
         log(INFO, "fedep: feature pipeline fitted: %d features", len(pipe.get_feature_names_out()))
         pooled = collect_table_moments(grid, gw, pipe, timeout, min_clients)
     mean, scale, constant = standardization_from_moments(pooled)
