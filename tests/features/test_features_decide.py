@@ -185,3 +185,21 @@ def test_count_named_after_ports_stays_a_feature():
     df = pd.DataFrame({"ct_src_dport_ltm": rng.integers(1, 40, 500), "x": rng.normal(size=500)})
     dec = {d.name: d for d in decide_columns(summarize_columns(df))}
     assert dec["ct_src_dport_ltm"].used
+
+
+def test_cipher_suite_names_are_a_vocabulary_not_uids():
+    # Zeek ssl.log's cipher column: few underscored names, mostly unset ("-").
+    n = 2000
+    rng = np.random.default_rng(1)
+    suites = ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"]
+    cipher = np.where(rng.random(n) < 0.8, "-", rng.choice(suites, n))
+    df = pd.DataFrame({"ssl_cipher": cipher, "x": rng.normal(size=n)})
+    s = summarize_columns(df)
+    assert set(suites) <= set(s.columns["ssl_cipher"].top)  # values are sent
+    dec = {d.name: d for d in decide_columns(s)}
+    assert dec["ssl_cipher"].action == "one-hot"
+    assert set(suites) <= set(dec["ssl_cipher"].vocabulary)
+    # a real uid column is still withheld and dropped
+    uid = ["C" + "".join(rng.choice(list("abcXYZ0123456789"), 16)) for _ in range(n)]
+    s = summarize_columns(pd.DataFrame({"uid_col": uid, "x": rng.normal(size=n)}))
+    assert s.columns["uid_col"].top == {}

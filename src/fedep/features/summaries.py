@@ -73,9 +73,12 @@ KMV_SIZE = 256
 _IPV4 = r"\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?(?::\d{1,5})?"
 _IPV6_OR_MAC = r"(?=[0-9A-Fa-f:.%\w]*(?:::|(?:[0-9A-Fa-f]{0,4}:){5}))[0-9A-Fa-f:.]+(?:%\w+)?"
 _ADDRESS_RE = rf"(?:{_IPV4}|{_IPV6_OR_MAC})"
+# A UUID, or one unbroken run of 10+ letters and digits mixing both (Zeek's
+# "CHhAvVGS1DHFjwGM9", hashes). Underscored words are names, not uids: TLS cipher
+# suites ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256") are a small vocabulary.
 _UID_RE = (
     r"(?:[0-9A-Fa-f]{8}-(?:[0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}"
-    r"|(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{10,})"
+    r"|(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{10,})"
 )
 _TIME_RE = (
     r"(?:\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
