@@ -58,7 +58,7 @@ def test_report_says_synthetic_and_how_to_use_real_data(quick_run):
 def test_results_json_is_sane(quick_run):
     out, _, _, _ = quick_run
     res = json.loads((out / "results.json").read_text())
-    assert res["schema_version"] == 3 and res["mode"] == "quick"
+    assert res["schema_version"] == 4 and res["mode"] == "quick"
     assert res["data"]["source"] == "synthetic"
     assert set(res["data"]["missing"]) == {"nsl-kdd", "unsw-nb15", "ton-iot"}
     methods = {e["method"] for e in res["main"]}

@@ -160,6 +160,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``contamination`` share, estimated for ``"auto"``). Trimming more than the
         expected contamination is the safe side: clustered attacks at a share close to
         the trimmed one survive trimming.
+    trim_start : {"median", "all"}, default="median"
+        Kept set the concentration steps start from (with ``trim_steps > 0``).
+        ``"median"``: the half of the records closest (L1 distance in standard
+        deviations) to the coordinate-wise median, found from counts, and the
+        standardisation taken from the moments of that half (attacks inflate the
+        standard deviations); robust to clustered attacks up to about 20% of the
+        records. ``"all"``: every record (the first fit is the untrimmed one).
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
@@ -240,6 +247,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
+        trim_start="median",
         random_state=None,
         callback=None,
     ):
@@ -262,6 +270,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.contamination = contamination
         self.trim_steps = trim_steps
         self.trim_share = trim_share
+        self.trim_start = trim_start
         self.random_state = random_state
         self.callback = callback
 
@@ -298,7 +307,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
         clients whose spans are farthest from the others') bound what a few
         compromised gateways can do to the global basis.
-    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share
+    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share,
+        trim_start
         As in :class:`FedEP`.
     random_state, callback
         As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
@@ -340,6 +350,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
+        trim_start="median",
         random_state=None,
         callback=None,
     ):
@@ -358,6 +369,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.contamination = contamination
         self.trim_steps = trim_steps
         self.trim_share = trim_share
+        self.trim_start = trim_start
         self.random_state = random_state
         self.callback = callback
 
