@@ -104,13 +104,13 @@ MODES: dict[str, dict[str, Any]] = {
         # Contaminated-training table (:mod:`.contaminated`): one seed, subsampled rows.
         "contaminated": {
             "shares": [0.0, 0.05, 0.1, 0.2],
-            "n_normal": 3000,
+            "n_normal": 2000,
             "n_clients": 20,
             "rank": 10,
-            "n_rounds": 30,
+            "n_rounds": 20,
             "trim_steps": 5,
             "trim_share": 0.25,
-            "mcd_rows": 2000,
+            "mcd_rows": 500,
             "max_test_rows": 20000,
         },
         # Headline "best honest configuration" table (see ``_best_config``). FedEP's

@@ -22,8 +22,8 @@ Methods (:data:`METHODS`):
 ``MCD (centralised)``
     A robust centralised reference: scikit-learn's ``MinCovDet`` on the pooled
     standardised training rows (a subsample of ``mcd_rows``, non-constant features),
-    Mahalanobis distance as the score, its contamination estimated by the same rule
-    as the detectors'.
+    squared Mahalanobis distance as the score, flagged above the 0.975 quantile of
+    chi-square (the usual MCD rule; ``est. %`` is the share of training rows above it).
 
 The cells live here (:func:`contaminated_cells`), with their collection
 (:func:`collect_contaminated`) and report section (:func:`contaminated_section`).
@@ -69,15 +69,14 @@ def training_set(X, y, share: float, n_normal: int, rng):
 
 
 class _MCD:
-    """``MinCovDet`` on standardised non-constant features, Mahalanobis score."""
+    """``MinCovDet`` on standardised non-constant features, squared Mahalanobis score."""
 
     def __init__(self, max_rows: int, seed: int):
         self.max_rows, self.seed = max_rows, seed
 
     def fit(self, X, groups=None):
+        from scipy.stats import chi2
         from sklearn.covariance import MinCovDet
-
-        from fedep.core.trimming import ScoreCounts, estimate_contamination, log_scores
 
         rng = np.random.default_rng(self.seed)
         self.mean_, sd = X.mean(0), X.std(0)
@@ -89,9 +88,10 @@ class _MCD:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.mcd_ = MinCovDet(random_state=self.seed).fit(sub)
-        d = self.decision_function(X)
-        self.contamination_ = estimate_contamination(ScoreCounts([log_scores(d)]))
-        self.threshold_ = float(np.quantile(d, 1.0 - self.contamination_))
+        # The usual MCD outlier rule: squared distance above the 0.975 quantile of
+        # chi-square with as many degrees of freedom as features.
+        self.threshold_ = float(chi2.ppf(0.975, Z.shape[1]))
+        self.contamination_ = min(float(np.mean(self.decision_function(X) > self.threshold_)), 0.5)
         return self
 
     def decision_function(self, X):
@@ -219,13 +219,14 @@ def contaminated_section(res: dict, fmt: Callable[[list[dict]], str] = format_me
         f'`feature_set="rich"`; {c["n_normal"]} normal training rows with attack rows of '
         f"the training split injected at {', '.join(f'{100 * s:g} %' for s in c['shares'])}"
         f" of the training set, {c['n_clients']} IID gateways, rank {c['rank']}, seed "
-        f'{c["seed"]}; no labels used. Every detector uses `contamination="auto"`: '
+        f'{c["seed"]}; no labels used. Every PCA detector uses `contamination="auto"`: '
         "FPR and F1 are at its own threshold (the estimated share), `est. %` is that "
         "estimate. FedEP (trimmed): `trim_steps="
         f'{c["trim_steps"]}, trim_share={c["trim_share"]}, trim_start="median"`; FedEP '
         "(paper S): the paper's model (Case IV), no trimming. FedEP/FedPG at most "
         f"{c['n_rounds']} rounds. MCD: scikit-learn's MinCovDet on {c['mcd_rows']} pooled "
-        "rows (centralised reference). Test rows: "
+        "rows (centralised reference; flags squared distances above the chi-square 0.975 "
+        "quantile). Test rows: "
         + (f"at most {c['max_test_rows']}" if c.get("max_test_rows") else "all")
         + ".\n\n"
     )
