@@ -42,7 +42,7 @@ def _fake_values(cfg, names):
                     "roc_auc": 0.9 - share * j / 10 - i / 100,
                     "fpr": 0.05,
                     "f1": 0.5,
-                    "contamination_": share / 2,
+                    "contamination_": None if m == "MCD (centralised)" else share / 2,
                     "true_share": share,
                     "n_train": 1000,
                     "n_test": 100,
@@ -68,5 +68,6 @@ def test_collect_and_section_give_every_cell_and_the_auc_lost():
     top = max(shares)
     lost = top * (len(METHODS) - 1) / 10
     assert f"| nsl-kdd | {METHODS[-1]} | {100 * top:.0f} | {lost:+.4f} |" in text
+    assert f"| {METHODS[-1]} | 0.9000 | 5.00 | 50.00 | - |" in text  # MCD: no estimate
     assert contaminated_section({"contaminated": {"config": {}, "rows": []}}) == []
     assert contaminated_section({}) == []
