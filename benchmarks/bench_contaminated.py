@@ -94,7 +94,7 @@ def run(args) -> list[dict]:
     out = []
     for name in args.datasets:
         d = load_dataset(name, args.data_dir, feature_set="rich")
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for share in args.shares:
                 rng = np.random.default_rng(seed)
                 X, true_share = _training_set(d, share, args.n_normal, rng)
@@ -140,7 +140,8 @@ def main(argv=None) -> int:
     p.add_argument("--n-normal", type=int, default=10000, help="normal training rows")
     p.add_argument("--n-clients", type=int, default=20)
     p.add_argument("--rank", type=int, default=10)
-    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON file (rewritten after every row)")
     run(p.parse_args(argv))
     return 0
