@@ -165,8 +165,10 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``"median"``: the half of the records closest (L1 distance in standard
         deviations) to the coordinate-wise median, found from counts, and the
         standardisation taken from the moments of that half (attacks inflate the
-        standard deviations); robust to clustered attacks up to about 20% of the
-        records. ``"all"``: every record (the first fit is the untrimmed one).
+        standard deviations; a feature pipeline's own scaling is kept). It keeps a
+        cluster of attacks out of the first fit when the cluster is far in many
+        features (see :mod:`fedep.core.trimming` for its limits). ``"all"``: every
+        record (the first fit is the untrimmed one).
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
