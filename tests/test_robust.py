@@ -125,7 +125,7 @@ def test_median_start_standardises_with_the_start_set():
     # a 20% cluster is outside the start half only when it is shifted in more than
     # about a third of the features (see fedep.core.trimming): 10 of 20 here.
     X, is_attack, groups, _ = _clustered_attacks(0.2, n_shifted=10)
-    e = PooledPCA(3, trim_steps=1, trim_share=0.25).fit(X, groups=groups)
+    e = PooledPCA(3, trim_steps=1, trim_share=0.25, trim_start="median").fit(X, groups=groups)
     # The start half holds no attack record: its moments are the normal rows'.
     start = PooledPCA(3)._median_start([X], X.mean(0), X.std(0))[0]
     assert not start[is_attack].any() and start.sum() == len(X) - len(X) // 2

@@ -27,7 +27,7 @@ class _ClosedForm(BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
-        trim_start="median",
+        trim_start="all",
         random_state=None,
     ):
         self.n_components = n_components
@@ -97,7 +97,7 @@ class OneShotPCA(BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
-        trim_start="median",
+        trim_start="all",
         random_state=None,
     ):
         self.n_components = n_components

@@ -160,15 +160,16 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``contamination`` share, estimated for ``"auto"``). Trimming more than the
         expected contamination is the safe side: clustered attacks at a share close to
         the trimmed one survive trimming.
-    trim_start : {"median", "all"}, default="median"
+    trim_start : {"all", "median"}, default="all"
         Kept set the concentration steps start from (with ``trim_steps > 0``).
-        ``"median"``: the half of the records closest (L1 distance in standard
-        deviations) to the coordinate-wise median, found from counts, and the
-        standardisation taken from the moments of that half (attacks inflate the
-        standard deviations; a feature pipeline's own scaling is kept). It keeps a
-        cluster of attacks out of the first fit when the cluster is far in many
-        features (see :mod:`fedep.core.trimming` for its limits). ``"all"``: every
-        record (the first fit is the untrimmed one).
+        ``"all"``: every record (the first fit is the untrimmed one). ``"median"``: the
+        half of the records closest (L1 distance in standard deviations) to the
+        coordinate-wise median, found from counts, and the standardisation taken from
+        the moments of that half (attacks inflate the standard deviations; a feature
+        pipeline's own scaling is kept). Measured with ``trim_steps=5,
+        trim_share=0.25``: ``"median"`` is far better with 20% attacks in the training
+        traffic (NSL-KDD, UNSW-NB15), ``"all"`` better with 0-5% and on TON-IoT (see
+        :mod:`fedep.core.trimming`).
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
@@ -249,7 +250,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
-        trim_start="median",
+        trim_start="all",
         random_state=None,
         callback=None,
     ):
@@ -352,7 +353,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
-        trim_start="median",
+        trim_start="all",
         random_state=None,
         callback=None,
     ):
