@@ -10,7 +10,10 @@ Usage::
 
     PYTHONPATH=src python benchmarks/bench_contaminated.py --out contaminated.json \\
         [--datasets nsl-kdd unsw-nb15 ton-iot] [--shares 0 0.05 0.1 0.2] \\
-        [--n-normal 10000] [--methods pca pca-trim fedep fedep-trim fedpg mcd]
+        [--n-normal 10000] [--methods pca pca-robust fedep fedep-robust fedpg mcd]
+
+``*-trim``: trimming from every record (``trim_start="all"``); ``*-robust``: from the
+robust start (``trim_start="median"``, :mod:`fedep.core.trimming`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from sklearn.metrics import f1_score, roc_auc_score
 from fedep import FedEP, FedPG, PooledPCA
 from fedep.data import load_dataset
 
-TRIM = {"trim_steps": 3, "trim_share": 0.2}
+TRIM = {"trim_steps": 3, "trim_share": 0.2, "trim_start": "all"}
+#: Record trimming from the robust start (coordinate-wise median, start-set scaling).
+ROBUST = {"trim_steps": 5, "trim_share": 0.25, "trim_start": "median"}
 METHODS = {
     "pca": lambda r, s: PooledPCA(r),
     "pca-auto": lambda r, s: PooledPCA(r, contamination="auto", trim_steps=3),
@@ -36,6 +41,12 @@ METHODS = {
     "fedep-trim": lambda r, s: FedEP(r, random_state=s, **TRIM),
     "fedpg": lambda r, s: FedPG(r, random_state=s),
     "fedpg-trim": lambda r, s: FedPG(r, random_state=s, **TRIM),
+    "pca-robust": lambda r, s: PooledPCA(r, **ROBUST),
+    "fedep-robust": lambda r, s: FedEP(r, random_state=s, **ROBUST),
+    "fedpg-robust": lambda r, s: FedPG(r, random_state=s, **ROBUST),
+    # The same trimming from every record: isolates the effect of the start.
+    "pca-robust-all": lambda r, s: PooledPCA(r, **{**ROBUST, "trim_start": "all"}),
+    "fedep-robust-all": lambda r, s: FedEP(r, random_state=s, **{**ROBUST, "trim_start": "all"}),
 }
 
 
@@ -86,7 +97,7 @@ def run(args) -> list[dict]:
     out = []
     for name in args.datasets:
         d = load_dataset(name, args.data_dir, feature_set="rich")
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for share in args.shares:
                 rng = np.random.default_rng(seed)
                 X, true_share = _training_set(d, share, args.n_normal, rng)
@@ -132,7 +143,8 @@ def main(argv=None) -> int:
     p.add_argument("--n-normal", type=int, default=10000, help="normal training rows")
     p.add_argument("--n-clients", type=int, default=20)
     p.add_argument("--rank", type=int, default=10)
-    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON file (rewritten after every row)")
     run(p.parse_args(argv))
     return 0

@@ -80,3 +80,55 @@ def test_new_fitted_scalars_survive_a_model_file(tmp_path):
     m = fedep.load(tmp_path / "m.fedep")
     assert m.contamination_ == e.contamination_
     np.testing.assert_allclose(m.predict_proba(f.X_test), e.predict_proba(f.X_test))
+
+
+def _clustered_attacks(rate, seed=0, n=1000, p=20, r=3, n_shifted=3):
+    """Normal records near a rank-3 subspace and a TIGHT cluster of attack records,
+    shifted by 6 in ``n_shifted`` of the 20 features (like a flood of near-identical
+    records): ``rate`` of the training set, no labels."""
+    rng = np.random.default_rng(seed)
+    B = np.linalg.qr(rng.standard_normal((p, r)))[0]
+    c = np.zeros(p)
+    c[:n_shifted] = 6.0
+
+    def normal(k):
+        coords = rng.standard_normal((k, r)) * [3.0, 2.0, 1.5]
+        return coords @ B.T + 0.3 * rng.standard_normal((k, p))
+
+    def attack(k):
+        return c + 0.05 * rng.standard_normal((k, p))
+
+    m = int(round(rate / (1 - rate) * n))
+    X = np.vstack([normal(n), attack(m)])
+    is_attack = np.r_[np.zeros(n, bool), np.ones(m, bool)]
+    return X, is_attack, rng.integers(0, 10, len(X)), B
+
+
+@pytest.mark.parametrize("cls", [PooledPCA, FedEP])
+def test_median_start_finds_a_planted_attack_cluster_that_the_plain_start_keeps(cls):
+    X, is_attack, groups, B = _clustered_attacks(0.2)
+    kw = {"trim_steps": 5, "trim_share": 0.25, "standardize": False, "random_state": 0}
+    plain = cls(3, trim_start="all", **kw).fit(X, groups=groups)
+    robust = cls(3, trim_start="median", **kw).fit(X, groups=groups)
+    # From every record the cluster takes a direction and stays kept; from the median
+    # start it is trimmed and the planted subspace is recovered.
+    assert projector_distance(plain.components_.T, B) > 0.5
+    assert projector_distance(robust.components_.T, B) < 0.1
+    assert robust.decision_scores_[is_attack].min() > robust.decision_scores_[~is_attack].max()
+    obj = [h["objective"] for h in robust.trim_history_]
+    if cls is PooledPCA:  # after the start, the C-steps descend (fixed scale)
+        assert np.all(np.diff(obj) <= 1e-9 * np.abs(obj).max())
+
+
+def test_median_start_standardises_with_the_start_set():
+    # In units of the standard deviations of every record (inflated by the cluster),
+    # a 20% cluster is outside the start half only when it is shifted in more than
+    # about a third of the features (see fedep.core.trimming): 10 of 20 here.
+    X, is_attack, groups, _ = _clustered_attacks(0.2, n_shifted=10)
+    e = PooledPCA(3, trim_steps=1, trim_share=0.25, trim_start="median").fit(X, groups=groups)
+    # The start half holds no attack record: its moments are the normal rows'.
+    start = PooledPCA(3)._median_start([X], X.mean(0), X.std(0))[0]
+    assert not start[is_attack].any() and start.sum() == len(X) - len(X) // 2
+    np.testing.assert_allclose(e.scale_, X[start].std(0))
+    # and the attacks inflate the plain standard deviation of the shifted features
+    assert np.all(X.std(0)[:10] > 2 * e.scale_[:10])

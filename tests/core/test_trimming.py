@@ -8,12 +8,16 @@ import pytest
 from fedep.core.trimming import (
     ScoreCounts,
     _ppca_fit,
+    coordinate_median,
     estimate_contamination,
+    keep_at_or_below,
     kept_count,
     log_scores,
+    median_distance,
     order_statistic,
     ppca_distance,
     ppca_objective,
+    selection_step,
     trimmed_ppca,
 )
 
@@ -85,3 +89,44 @@ def test_log_scores_keep_order_and_are_finite():
     v = np.array([0.0, 1e-300, 1.0, 5.0])
     ls = log_scores(v)
     assert np.all(np.isfinite(ls)) and np.all(np.diff(ls) >= 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_coordinate_median_from_counts_is_the_pooled_median(seed):
+    rng = np.random.default_rng(seed)
+    blocks = [rng.standard_normal((rng.integers(1, 40), 4)) for _ in range(5)]
+    blocks[0][:, 1] = 0.0  # ties
+    blocks[1][:, 2] = np.round(blocks[1][:, 2])
+    X = np.vstack(blocks)
+    med = coordinate_median(blocks)
+    k = (X.shape[0] + 1) // 2
+    s = np.sort(X, axis=0)
+    for f in range(X.shape[1]):
+        # med is the lower median s_(k) or lies between it and the next larger value:
+        # it keeps the same records as s_(k)
+        assert s[k - 1, f] <= med[f]
+        assert np.count_nonzero(X[:, f] <= med[f]) == np.count_nonzero(X[:, f] <= s[k - 1, f])
+        if X.shape[0] % 2:
+            assert np.median(X[:, f]) == s[k - 1, f]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_keep_at_or_below_is_the_pooled_selection(seed):
+    rng = np.random.default_rng(seed)
+    values = [rng.standard_normal(rng.integers(3, 30)) for _ in range(4)]
+    allv = np.concatenate(values)
+    for h in (1, allv.size // 3, allv.size - 1):
+        got = np.concatenate(keep_at_or_below(values, h, 0))
+        np.testing.assert_array_equal(got, selection_step(allv, h))
+    # a gateway whose records are all far keeps its min_rows smallest
+    far = [values[0], values[1] + 100.0]
+    keep = keep_at_or_below(far, values[0].size, 3)
+    assert keep[0].all() and keep[1].sum() == 3
+    assert np.array_equal(np.flatnonzero(keep[1]), np.sort(np.argsort(far[1])[:3]))
+
+
+def test_median_distance_is_the_scaled_l1_distance():
+    rng = np.random.default_rng(0)
+    X, m, s = rng.standard_normal((6, 3)), rng.standard_normal(3), rng.uniform(0.5, 2, 3)
+    want = [sum(abs(x[f] - m[f]) / s[f] for f in range(3)) for x in X]
+    np.testing.assert_allclose(median_distance(X, m, s), want)

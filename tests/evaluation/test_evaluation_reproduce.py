@@ -58,7 +58,7 @@ def test_report_says_synthetic_and_how_to_use_real_data(quick_run):
 def test_results_json_is_sane(quick_run):
     out, _, _, _ = quick_run
     res = json.loads((out / "results.json").read_text())
-    assert res["schema_version"] == 4 and res["mode"] == "quick"
+    assert res["schema_version"] == 5 and res["mode"] == "quick"
     assert res["data"]["source"] == "synthetic"
     assert set(res["data"]["missing"]) == {"nsl-kdd", "unsw-nb15", "ton-iot"}
     methods = {e["method"] for e in res["main"]}
@@ -90,6 +90,8 @@ def test_results_json_is_sane(quick_run):
     assert len(con["FedEP"]) == len(con["FedPG"]) == len(con["features"])
     assert all(v >= 0 for v in con["FedEP"])
     assert all(r["time_per_round_s"] > 0 for r in res["scalability"])
+    # the contaminated-training table needs real traffic: no rows on synthetic data
+    assert res["contaminated"]["rows"] == []
 
 
 def test_resume_skips_finished_cells(quick_run):

@@ -25,10 +25,12 @@ from fedep.core.stats import client_moments, combine_moments, standardization_fr
 from fedep.core.stiefel import random_stiefel
 from fedep.core.trimming import (
     ScoreCounts,
+    coordinate_median,
     estimate_contamination,
+    keep_at_or_below,
     kept_count,
     log_scores,
-    order_statistic,
+    median_distance,
     ppca_from_sums,
 )
 from fedep.features import FeaturePipeline
@@ -62,6 +64,7 @@ _COMMON_CONSTRAINTS: dict = {
     "contamination": [StrOptions({"auto"}), Interval(Real, 0.0, 0.5, closed="right")],
     "trim_steps": [Interval(Integral, 0, None, closed="left")],
     "trim_share": [Interval(Real, 0.0, 0.5, closed="neither"), None],
+    "trim_start": [StrOptions({"median", "all"})],
     "random_state": ["random_state"],
 }
 _FEDERATION_CONSTRAINTS: dict = {
@@ -162,11 +165,23 @@ class BaseFederatedDetector(BaseEstimator):
         mean, scale, constant = self._standardization(blocks, pipe)
         self.n_components_, reason = self._choose_rank([(b - mean) / scale for b in blocks])
         located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
+        if self.trim_steps and self.trim_start == "median":
+            keep = self._median_start(blocks, mean, scale)
+            if not located:
+                # Standardise with the moments of the start set: attacks inflate the
+                # standard deviations (most of all of features constant in normal
+                # traffic) before any PCA is fitted. Fixed from here on.
+                kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
+                pooled = combine_moments(client_moments(b) for b in kept)
+                mean, start_scale, _ = standardization_from_moments(pooled)
+                if self.standardize:
+                    scale = start_scale
         for step in range(self.trim_steps + 1):
             if keep is not None and not located:
                 # The location is fitted on the kept records (part of the trimmed
-                # objective); the units (scale) stay those of every record, so that the
-                # objective of successive steps is comparable and the C-steps descend.
+                # objective); the units (scale) stay fixed (those of every record, or of
+                # the robust start set), so that the objective of successive steps is
+                # comparable and the C-steps descend.
                 kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
                 mean = combine_moments(client_moments(b) for b in kept).mean
             Z = [(b - mean) / scale for b in blocks]
@@ -273,6 +288,24 @@ class BaseFederatedDetector(BaseEstimator):
             scale = np.ones_like(scale)
         return mean, scale, constant
 
+    def _median_start(self, blocks, mean, scale):
+        """The robust start ``K_0`` of the C-steps (:mod:`fedep.core.trimming`).
+
+        The server finds each feature's median from counts; each client computes the
+        L1 distance of its records to it in units of ``scale`` and keeps those at or
+        below the global ``ceil(N/2)``-th smallest distance (found from counts).
+
+        Returns
+        -------
+        list of ndarray of bool
+            Kept rows per client.
+        """
+        Z = [(b - mean) / scale for b in blocks]
+        med = coordinate_median(Z)
+        dist = [median_distance(z, med, 1.0) for z in Z]
+        n = sum(d.shape[0] for d in dist)
+        return keep_at_or_below(dist, n - n // 2, max(self.n_components, 2))
+
     def _selection_step(self, blocks, V, keep):
         """The C-step's selection (:mod:`fedep.core.trimming`), from sums and counts only.
 
@@ -305,24 +338,16 @@ class BaseFederatedDetector(BaseEstimator):
             V.shape[0],
         )
         dist = [(t**2 / lam).sum(axis=1) + e / sigma2 for t, e in zip(T, res, strict=True)]
-        logs = [log_scores(x) for x in dist]
-        counts = ScoreCounts(logs)
+        n_total = sum(x.shape[0] for x in dist)
         if self.trim_share is not None:
             share = float(self.trim_share)
         elif self.contamination == "auto":
             share = estimate_contamination(ScoreCounts([log_scores(e) for e in res]))
         else:
             share = float(self.contamination)
-        h = kept_count(counts.n, share)
-        cut = order_statistic(counts.le, h, counts.lo, counts.hi)
-        m = max(self._rank(), 2)
-        new = []
-        for ls in logs:
-            k = ls <= cut
-            if k.sum() < m:
-                k = np.zeros_like(k)
-                k[np.argsort(ls, kind="stable")[:m]] = True
-            new.append(k)
+        h = kept_count(n_total, share)
+        # Log-distances: the same order, and far less skewed for the count search.
+        new = keep_at_or_below([log_scores(x) for x in dist], h, max(self._rank(), 2))
         kept = np.concatenate([x[k] for x, k in zip(dist, new, strict=True)])
         logdet = float(np.log(lam).sum() + (V.shape[0] - V.shape[1]) * np.log(sigma2))
         record = {

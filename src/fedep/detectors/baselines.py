@@ -13,7 +13,8 @@ class _ClosedForm(BaseFederatedDetector):
 
     Parameters
     ----------
-    n_components, features, standardize, contamination, trim_steps, trim_share, random_state
+    n_components, features, standardize, contamination, trim_steps, trim_share,
+        trim_start, random_state
         As in :class:`fedep.FedEP`.
     """
 
@@ -26,6 +27,7 @@ class _ClosedForm(BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
+        trim_start="all",
         random_state=None,
     ):
         self.n_components = n_components
@@ -34,6 +36,7 @@ class _ClosedForm(BaseFederatedDetector):
         self.contamination = contamination
         self.trim_steps = trim_steps
         self.trim_share = trim_share
+        self.trim_start = trim_start
         self.random_state = random_state
 
 
@@ -80,7 +83,8 @@ class OneShotPCA(BaseFederatedDetector):
     sketch_rank : int or None, default=None
         Rank ``k`` of each client's sketch (default ``2 * n_components_``); ``k`` equal to
         ``n_features`` reproduces pooled PCA exactly.
-    features, standardize, contamination, trim_steps, trim_share, random_state
+    features, standardize, contamination, trim_steps, trim_share,
+        trim_start, random_state
         As in :class:`FedEP`.
     """
 
@@ -94,6 +98,7 @@ class OneShotPCA(BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
+        trim_start="all",
         random_state=None,
     ):
         self.n_components = n_components
@@ -103,6 +108,7 @@ class OneShotPCA(BaseFederatedDetector):
         self.contamination = contamination
         self.trim_steps = trim_steps
         self.trim_share = trim_share
+        self.trim_start = trim_start
         self.random_state = random_state
 
     _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}

@@ -166,6 +166,16 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``contamination`` share, estimated for ``"auto"``). Trimming more than the
         expected contamination is the safe side: clustered attacks at a share close to
         the trimmed one survive trimming.
+    trim_start : {"all", "median"}, default="all"
+        Kept set the concentration steps start from (with ``trim_steps > 0``).
+        ``"all"``: every record (the first fit is the untrimmed one). ``"median"``: the
+        half of the records closest (L1 distance in standard deviations) to the
+        coordinate-wise median, found from counts, and the standardisation taken from
+        the moments of that half (attacks inflate the standard deviations; a feature
+        pipeline's own scaling is kept). Measured with ``trim_steps=5,
+        trim_share=0.25``: ``"median"`` is far better with 20% attacks in the training
+        traffic (NSL-KDD, UNSW-NB15), ``"all"`` better with 0-5% and on TON-IoT (see
+        :mod:`fedep.core.trimming`).
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
@@ -250,6 +260,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
+        trim_start="all",
         random_state=None,
         callback=None,
     ):
@@ -272,6 +283,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.contamination = contamination
         self.trim_steps = trim_steps
         self.trim_share = trim_share
+        self.trim_start = trim_start
         self.random_state = random_state
         self.callback = callback
 
@@ -309,7 +321,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
         clients whose spans are farthest from the others') bound what a few
         compromised gateways can do to the global basis.
-    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share
+    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share,
+        trim_start
         As in :class:`FedEP`.
     random_state, callback
         As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
@@ -351,6 +364,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         contamination=0.05,
         trim_steps=0,
         trim_share=None,
+        trim_start="all",
         random_state=None,
         callback=None,
     ):
@@ -369,6 +383,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.contamination = contamination
         self.trim_steps = trim_steps
         self.trim_share = trim_share
+        self.trim_start = trim_start
         self.random_state = random_state
         self.callback = callback
 

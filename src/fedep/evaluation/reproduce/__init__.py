@@ -37,12 +37,12 @@ paper)" rows use the best-F1 threshold on the TEST set: optimistic, for comparis
 with the paper's numbers only. When no real dataset is found the synthetic scenario
 (:func:`fedep.data.make_federated_data`) is run instead.
 
-results.json schema (``schema_version`` 4; version 2 added ``best``, version 3
+results.json schema (``schema_version`` 5; version 2 added ``best``, version 3
 replaced ``importance`` by ``contributions`` and added ROC ``operating_point``,
-version 4 added ``feature_sets``)::
+version 4 added ``feature_sets``, version 5 ``contaminated``)::
 
     {
-      "schema_version": 4,
+      "schema_version": 5,
       "mode": "quick" | "full",
       "command": str, "versions": {package: version}, "platform": str,
       "started": ISO time, "wall_time_s": float,
@@ -89,6 +89,13 @@ version 4 added ``feature_sets``)::
                                   "n_seeds", "fit_time_s"}],
                        "scaling": {dataset: {"chosen": rule, "by_scaling": {rule:
                                    {"val_roc_auc", "rank"}}}} (generic path, validation)},
+      "contaminated": {"config": {shares, n_normal, n_clients, rank, n_rounds,
+                                  trim_steps, trim_share, mcd_rows, max_test_rows, seed},
+                       "rows": [{"dataset", "share", "method", "roc_auc", "fpr", "f1",
+                                 "contamination_" (estimated), "true_share", "n_train",
+                                 "n_test", "fit_time_s", "n_trim_steps", "n_iter"}]}
+                      (training on traffic with injected attacks, no labels: see
+                      :mod:`.contaminated`; no rows for the synthetic scenario),
       "cells": {"computed": int, "cached": int}
     }
 
@@ -97,6 +104,7 @@ in percent like the paper, AUCs as fractions.
 
 Modules: :mod:`.config` (modes, the paper's numbers, schema version), :mod:`.cells`
 (the cell cache, progress), :mod:`.data` (datasets, splits, synthetic fallback),
+:mod:`.contaminated` (the contaminated-training cells, collection and section),
 :mod:`.plan` (every cell of a run, named up front), :mod:`.collect` (cells ->
 ``results.json``), :mod:`.figures`, :mod:`.report`, :mod:`.run` (``run_reproduce``).
 """

@@ -11,8 +11,9 @@ from typing import Any
 
 #: Version of ``results.json`` (2 added ``best``; 3 replaced ``importance``, the sum of
 #: |loadings|, by ``contributions``, what makes test attacks anomalous, and added the
-#: ROC operating points; 4 added ``feature_sets``).
-SCHEMA_VERSION = 4
+#: ROC operating points; 4 added ``feature_sets``; 5 ``contaminated``, the contaminated-training
+#: table).
+SCHEMA_VERSION = 5
 DATASETS = ("nsl-kdd", "unsw-nb15", "ton-iot")
 METHOD_ORDER = ("FedEP", "FedPG", "PooledPCA", "LocalPCA", "OneShotPCA")
 
@@ -57,6 +58,18 @@ MODES: dict[str, dict[str, Any]] = {
         "grid": {},
         "fedep": {"alpha": 1.0, "beta": 1e-3},
         "fedpg": {},
+        # Contaminated-training table (:mod:`.contaminated`): IID gateways, no labels.
+        "contaminated": {
+            "shares": [0.0, 0.2],
+            "n_normal": 1000,
+            "n_clients": 20,
+            "rank": 10,
+            "n_rounds": 10,
+            "trim_steps": 3,
+            "trim_share": 0.25,
+            "mcd_rows": 500,
+            "max_test_rows": 8000,
+        },
         "best": {
             "feature_set": "rich",
             "ranks": [5, 20],
@@ -95,6 +108,18 @@ MODES: dict[str, dict[str, Any]] = {
         },
         "fedep": {"alpha": 1.0, "beta": 1e-3},
         "fedpg": {},
+        # Contaminated-training table (:mod:`.contaminated`): one seed, subsampled rows.
+        "contaminated": {
+            "shares": [0.0, 0.05, 0.1, 0.2],
+            "n_normal": 2000,
+            "n_clients": 20,
+            "rank": 10,
+            "n_rounds": 20,
+            "trim_steps": 5,
+            "trim_share": 0.25,
+            "mcd_rows": 500,
+            "max_test_rows": 20000,
+        },
         # Headline "best honest configuration" table (see ``_best_config``). FedEP's
         # W-step cost grows with r (SSN system of r(r+1)/2 unknowns): one ManPG step per
         # round (inner_max_iter=1, warm-started) keeps a rank-30 fit on all training rows

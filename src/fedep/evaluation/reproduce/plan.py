@@ -26,6 +26,7 @@ from fedep.evaluation.reproduce.config import (
     best_grid,
     method_params,
 )
+from fedep.evaluation.reproduce.contaminated import contaminated_cells
 from fedep.evaluation.reproduce.data import Data, split_info
 from fedep.evaluation.selection import grid_search
 from fedep.features import FeaturePipeline
@@ -431,7 +432,8 @@ def scalability_cells(ctx: Context) -> list[Cell]:
 
 def build_plan(ctx: Context) -> list[Cell]:
     """Every cell of the run, in run order: the headline per dataset, then per dataset
-    selection, Table 2, curves, ablation and rank, then scalability."""
+    selection, Table 2, curves, ablation and rank, then scalability, then the
+    contaminated-training table per dataset (:mod:`.contaminated`)."""
     plan: list[Cell] = []
     for name in ctx.best_data.names:
         plan += best_cells(ctx, name)
@@ -445,6 +447,8 @@ def build_plan(ctx: Context) -> list[Cell]:
         plan += ablation_cells(ctx, name)
         plan += rank_cells(ctx, name)
     plan += scalability_cells(ctx)
+    for name in ctx.best_data.names:
+        plan += contaminated_cells(ctx, name)
     keys = [c.key for c in plan]
     if len(set(keys)) != len(keys):  # pragma: no cover - a plan bug
         raise RuntimeError("duplicate cell keys in the reproduction plan")

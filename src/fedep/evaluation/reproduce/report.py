@@ -12,6 +12,7 @@ import numpy as np
 
 from fedep.evaluation.metrics import format_metrics_table
 from fedep.evaluation.reproduce.config import PAPER_NUMBERS
+from fedep.evaluation.reproduce.contaminated import contaminated_section
 from fedep.evaluation.reproduce.figures import COINCIDE_TOL, TOP_FEATURES, coincident_pairs
 from fedep.evaluation.reproduce.format import num, one, pm, short_table, split_lines
 
@@ -508,6 +509,7 @@ def render_report(res: dict, figures: dict) -> str:
     L += contributions_section(res, figures)
     L += ablation_rank_sections(res)
     L += scalability_section(res, figures)
+    L += contaminated_section(res)
     L += reading_section()
     return "\n".join(L)
 

@@ -17,6 +17,7 @@ from fedep._json import jsonable
 from fedep.evaluation.reproduce import collect
 from fedep.evaluation.reproduce.cells import Cells, format_duration
 from fedep.evaluation.reproduce.config import DATASETS, MODES, PAPER_NUMBERS, SCHEMA_VERSION
+from fedep.evaluation.reproduce.contaminated import collect_contaminated
 from fedep.evaluation.reproduce.data import Data
 from fedep.evaluation.reproduce.figures import make_figures
 from fedep.evaluation.reproduce.plan import Context, build_plan
@@ -168,6 +169,7 @@ def run_reproduce(
         "scalability": collect.collect_scalability(values, cfg, data.names[0]),
         "best": collect.collect_best(values, cfg, ctx.best_data.names),
         "feature_sets": collect.collect_feature_sets(values, cfg, ctx),
+        "contaminated": collect_contaminated(values, cfg, ctx.best_data.names),
         "data": {
             "source": data.source,
             "data_dir": str(data_dir) if data_dir is not None else os.environ.get("FEDEP_DATA_DIR"),

@@ -1,0 +1,73 @@
+"""The contaminated-training table of the reproduction: data, collection, section."""
+
+import numpy as np
+import pytest
+
+from fedep.evaluation.reproduce.config import MODES
+from fedep.evaluation.reproduce.contaminated import (
+    METHODS,
+    collect_contaminated,
+    contaminated_section,
+    training_set,
+)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.05, 0.2])
+def test_training_set_injects_the_share_of_attack_rows(share):
+    rng = np.random.default_rng(0)
+    y = (rng.random(5000) < 0.4).astype(int)
+    X = np.column_stack([y, rng.standard_normal(5000)])  # column 0 is the label
+    Xc, true_share = training_set(X, y, share, 1000, np.random.default_rng(1))
+    n_att = int(Xc[:, 0].sum())
+    assert (Xc.shape[0] - n_att) == 1000
+    assert true_share == pytest.approx(n_att / Xc.shape[0])
+    assert abs(true_share - share) < 1e-3
+    # rows are distinct draws (no row repeated)
+    assert np.unique(Xc[:, 1]).size == Xc.shape[0]
+
+
+def test_training_set_caps_at_the_available_attacks():
+    y = np.r_[np.zeros(100, int), np.ones(3, int)]
+    X = np.arange(103.0)[:, None]
+    Xc, true_share = training_set(X, y, 0.2, 50, np.random.default_rng(0))
+    assert Xc.shape[0] == 53 and true_share == pytest.approx(3 / 53)
+
+
+def _fake_values(cfg, names):
+    c, seed, values = cfg["contaminated"], cfg["seeds"][0], {}
+    for i, name in enumerate(names):
+        for share in c["shares"]:
+            for j, m in enumerate(METHODS):
+                values[f"contam-{name}-{float(share):g}-{m}-s{seed}"] = {
+                    "roc_auc": 0.9 - share * j / 10 - i / 100,
+                    "fpr": 0.05,
+                    "f1": 0.5,
+                    "contamination_": None if m == "MCD (centralised)" else share / 2,
+                    "true_share": share,
+                    "n_train": 1000,
+                    "n_test": 100,
+                    "fit_time_s": 1.0,
+                    "n_trim_steps": None,
+                    "n_iter": None,
+                }
+    return values
+
+
+def test_collect_and_section_give_every_cell_and_the_auc_lost():
+    cfg = MODES["quick"]
+    names = ["nsl-kdd", "unsw-nb15"]
+    ct = collect_contaminated(_fake_values(cfg, names), cfg, names)
+    shares = cfg["contaminated"]["shares"]
+    assert len(ct["rows"]) == len(names) * len(shares) * len(METHODS)
+    assert ct["config"]["seed"] == cfg["seeds"][0]
+    text = "".join(contaminated_section({"contaminated": ct}))
+    assert "## Training on traffic that already holds attacks" in text
+    for m in METHODS:
+        assert f"| {m} |" in text
+    # AUC lost = clean - contaminated, per method (0.2 * j / 10 for method j at 20 %)
+    top = max(shares)
+    lost = top * (len(METHODS) - 1) / 10
+    assert f"| nsl-kdd | {METHODS[-1]} | {100 * top:.0f} | {lost:+.4f} |" in text
+    assert f"| {METHODS[-1]} | 0.9000 | 5.00 | 50.00 | - |" in text  # MCD: no estimate
+    assert contaminated_section({"contaminated": {"config": {}, "rows": []}}) == []
+    assert contaminated_section({}) == []
