@@ -65,9 +65,13 @@ class _FederatedMixin:
                 if res.stop_reason == "max_rounds"
                 else f"({res.stop_reason}) after {res.n_rounds} rounds"
             )
+            last = res.history[-1] if res.history else {}
+            keys = ("consensus_residual_rel", "data_residual_rel", "v_change")
+            shown = ", ".join(f"{k} {last[k]:.2g}" for k in keys if k in last)
             warnings.warn(
-                f"{type(self).__name__} stopped {why} before reaching tol={self.tol}; "
-                "increase n_rounds or tol",
+                f"{type(self).__name__} stopped {why} before reaching tol={self.tol}"
+                + (f" (last round: {shown})" if shown else "")
+                + "; increase n_rounds or tol",
                 ConvergenceWarning,
                 stacklevel=4,
             )
