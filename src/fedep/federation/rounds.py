@@ -178,10 +178,10 @@ def converged(record: dict, tol: float, method: str) -> bool:
     the consensus basis, ``v_change <= tol``.
     """
     if method == "fedpg":
-        return record["v_change"] <= tol
+        return bool(record["v_change"] <= tol)
     primal = max(record["consensus_residual_rel"], record["data_residual_rel"])
     change = record.get("lagrangian_change")
-    return change is not None and change <= tol and primal <= np.sqrt(tol)
+    return bool(change is not None and change <= tol and primal <= np.sqrt(tol))
 
 
 def run_rounds(
