@@ -98,6 +98,24 @@ def test_fedpg_sample_weighted_server():
     np.testing.assert_allclose(res.V, np.tensordot(n / n.sum(), rep.W, axes=1), atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("method", "keys"),
+    [(FedEP, ("lagrangian_change", "consensus_residual_rel", "data_residual_rel")),
+     (FedPG, ("v_change",))],
+)  # fmt: skip
+def test_round_cap_warning_names_the_cap_and_the_stopping_measures(method, keys):
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, g = _federation()
+    det = method(n_components=3, n_rounds=12, tol=1e-14, random_state=0)
+    with pytest.warns(ConvergenceWarning) as caught:
+        det.fit(X, groups=g)
+    msg = str(caught[0].message)
+    assert "n_rounds=12" in msg and "tol=1e-14" in msg
+    for k in keys:
+        assert f"{k} {det.history_[-1][k]:.2g}" in msg
+
+
 @pytest.mark.realdata
 @pytest.mark.parametrize("name", ["nsl-kdd", "unsw-nb15", "ton-iot"])
 @pytest.mark.parametrize("method", [FedEP, FedPG])

@@ -18,7 +18,7 @@ from fedep.detectors.base import (
     _POSITIVE_INT,
     BaseFederatedDetector,
 )
-from fedep.federation.rounds import run_rounds
+from fedep.federation.rounds import STOP_MEASURES, run_rounds
 
 
 class _FederatedMixin:
@@ -66,8 +66,11 @@ class _FederatedMixin:
                 else f"({res.stop_reason}) after {res.n_rounds} rounds"
             )
             last = res.history[-1] if res.history else {}
-            keys = ("consensus_residual_rel", "data_residual_rel", "v_change")
-            shown = ", ".join(f"{k} {last[k]:.2g}" for k in keys if k in last)
+            shown = ", ".join(
+                f"{k} {last[k]:.2g}"
+                for k in STOP_MEASURES[self._method]
+                if isinstance(last.get(k), (int, float))
+            )
             warnings.warn(
                 f"{type(self).__name__} stopped {why} before reaching tol={self.tol}"
                 + (f" (last round: {shown})" if shown else "")

@@ -29,6 +29,7 @@ __all__ = [
     "converged",
     "run_rounds",
     "STOP_REASONS",
+    "STOP_MEASURES",
     "STOP_WINDOW",
     "lagrangian_change",
 ]
@@ -143,6 +144,13 @@ class FederationResult:
 
 #: Rounds over which FedEP's stopping test watches the augmented Lagrangian.
 STOP_WINDOW = 10
+
+#: The record fields :func:`converged` compares with ``tol``, per method (what a
+#: warning or a report shows when a fit stops at the cap).
+STOP_MEASURES = {
+    "fedep": ("lagrangian_change", "consensus_residual_rel", "data_residual_rel"),
+    "fedpg": ("v_change",),
+}
 
 
 def lagrangian_change(history: list[dict], window: int = STOP_WINDOW) -> float | None:
