@@ -25,6 +25,8 @@ _SHOWN = (
     ("objective", "obj"),
     ("consensus_residual_rel", "cons"),
     ("data_residual_rel", "data"),
+    # FedEP's stopping measure (from its 11th round): see federation.rounds.converged.
+    ("lagrangian_change", "dL"),
     ("dual_residual_rel", "dual"),
     ("v_change", "dV"),
 )

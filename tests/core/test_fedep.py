@@ -131,7 +131,10 @@ def test_synthetic_federation_recovery_and_residuals(federation):
     res = run_rounds(coh, "fedep", V0, n_rounds=400, tol=tol)
     assert res.stop_reason == "converged"
     last = res.history[-1]
-    assert last["consensus_residual_rel"] <= tol and last["data_residual_rel"] <= tol
+    # Stationary (the Lagrangian's relative change per round within tol) and feasible
+    # (primal residuals within sqrt(tol)).
+    assert last["lagrangian_change"] <= tol
+    assert max(last["consensus_residual_rel"], last["data_residual_rel"]) <= np.sqrt(tol)
     V_fedep = polar(res.V)
     pg = FedPGCohort(
         blocks, V0, FedPGSettings(lr=None, rho=0.01, local_epochs=30, consensus_weights="uniform")

@@ -44,3 +44,16 @@ def test_short_fit_prints_every_round_and_bar_on_tty():
         bar(r, np.eye(2), REC)
     bar.close()
     assert "3/3" in buf.getvalue()
+
+
+def test_progress_shows_the_stopping_measure_once_known():
+    import io
+
+    from fedep._progress import RoundProgress
+
+    out = io.StringIO()
+    p = RoundProgress(2, "fedep", stream=out, tty=False)
+    p(1, {"objective": 2.0, "lagrangian_change": None})
+    p(2, {"objective": 1.0, "lagrangian_change": 3e-5})
+    first, last = out.getvalue().splitlines()
+    assert "dL" not in first and "dL=3e-05" in last

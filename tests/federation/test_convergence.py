@@ -96,3 +96,46 @@ def test_fedpg_sample_weighted_server():
     res = run_rounds(est._make_cohort(blocks, V0), "fedpg", V0, n_rounds=1, tol=0.0)
     n = np.array([b.shape[0] for b in blocks], dtype=float)
     np.testing.assert_allclose(res.V, np.tensordot(n / n.sum(), rep.W, axes=1), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("method", "keys"),
+    [(FedEP, ("lagrangian_change", "consensus_residual_rel", "data_residual_rel")),
+     (FedPG, ("v_change",))],
+)  # fmt: skip
+def test_round_cap_warning_names_the_cap_and_the_stopping_measures(method, keys):
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, g = _federation()
+    det = method(n_components=3, n_rounds=12, tol=1e-14, random_state=0)
+    with pytest.warns(ConvergenceWarning) as caught:
+        det.fit(X, groups=g)
+    msg = str(caught[0].message)
+    assert "n_rounds=12" in msg and "tol=1e-14" in msg
+    for k in keys:
+        assert f"{k} {det.history_[-1][k]:.2g}" in msg
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("name", ["nsl-kdd", "unsw-nb15", "ton-iot"])
+@pytest.mark.parametrize("method", [FedEP, FedPG])
+def test_default_fit_on_the_official_sorted_split_reaches_tol(real_data_dir, name, method):
+    # The official sorted 20-gateway split (normal training rows sorted by dst_bytes,
+    # 20 contiguous chunks), rich features; every 4th row of each gateway keeps the
+    # test fast while each gateway keeps its own slice of the traffic.
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from fedep.data import load_dataset, partition_sorted
+
+    ds = load_dataset(name, real_data_dir, feature_set="rich")
+    normal = np.flatnonzero(ds.y_train == 0)
+    groups = partition_sorted(ds.raw_train["dst_bytes"].to_numpy()[normal], 20)
+    order = np.argsort(groups, kind="stable")[::4]
+    det = method(random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        det.fit(ds.X_train[normal][order], groups=groups[order])
+    assert det.stop_reason_ == "converged", det.history_[-1]
+    assert det.n_iter_ < det.n_rounds

@@ -113,7 +113,8 @@ def test_estimator_uses_the_loop_with_its_callback():
     def record(k, V, rec):
         calls.append((k, V.shape, rec["objective"]))
 
-    det = FedEP(n_components=2, n_rounds=4, tol=0.0, random_state=0, callback=record)
+    det = FedEP(n_components=2, n_rounds=4, tol=0.0, init="random", random_state=0,
+                callback=record)  # fmt: skip
     det.fit(X, groups=g)
     assert [c[0] for c in calls] == [1, 2, 3, 4]
     assert calls[0][1] == (8, 2)
@@ -158,3 +159,49 @@ def test_cohort_state_round_trip_resumes_identically():
     bad["W"] = bad["W"][:, :, :1]
     with pytest.raises(ValueError, match="shape"):
         b.load_state(bad)
+
+
+def test_lagrangian_change_is_the_largest_relative_step_over_the_window():
+    from fedep.federation.rounds import STOP_WINDOW, lagrangian_change
+
+    L = [100.0, 90.0, 85.0] + [80.0 + 0.01 * k for k in range(STOP_WINDOW)]
+    hist = [{"augmented_lagrangian": v} for v in L]
+    assert lagrangian_change(hist[:STOP_WINDOW]) is None  # too few rounds to judge
+    # The window holds the last STOP_WINDOW steps: 85 -> 80.00 (5) is the largest.
+    assert lagrangian_change(hist) == pytest.approx(5.0 / L[-1])
+    assert lagrangian_change(hist + [{"augmented_lagrangian": L[-1]}]) == pytest.approx(
+        0.01 / L[-1]
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "cons", "data", "expected"),
+    [
+        (1e-5, 1e-3, 1e-3, True),
+        (None, 1e-3, 1e-3, False),  # not yet known
+        (2e-4, 1e-3, 1e-3, False),  # not stationary
+        (1e-5, 2e-2, 1e-3, False),  # not feasible: consensus above sqrt(tol)
+        (1e-5, 1e-3, 2e-2, False),  # data split residual above sqrt(tol)
+    ],
+)
+def test_fedep_stops_when_stationary_and_feasible(change, cons, data, expected):
+    rec = {"lagrangian_change": change, "consensus_residual_rel": cons, "data_residual_rel": data}
+    assert converged(rec, 1e-4, "fedep") is expected
+    assert converged({"v_change": 1e-5}, 1e-4, "fedpg")
+
+
+def test_loop_records_the_lagrangian_change_and_stops_on_it():
+    from fedep.federation.rounds import STOP_WINDOW, lagrangian_change
+
+    coh, V0 = _cohort(_blocks())
+    res = run_rounds(coh, "fedep", V0, n_rounds=500, tol=1e-6)
+    h = res.history
+    assert all(r["lagrangian_change"] is None for r in h[:STOP_WINDOW])
+    for k in range(STOP_WINDOW, len(h)):
+        assert h[k]["lagrangian_change"] == lagrangian_change(h[: k + 1])
+    assert res.stop_reason == "converged" and STOP_WINDOW < res.n_rounds < 500
+    assert h[-1]["lagrangian_change"] <= 1e-6
+    # The partial rounds of client sampling never get one (their L covers other clients).
+    coh, V0 = _cohort(_blocks())
+    part = run_rounds(coh, "fedep", V0, n_rounds=15, tol=1e-6, client_fraction=0.5)
+    assert all("lagrangian_change" not in r for r in part.history)

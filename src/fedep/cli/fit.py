@@ -42,9 +42,6 @@ from fedep.cli._common import (
 
 PROTOCOLS = ("clean", "contaminated")
 
-#: Final-round record keys shown when the round cap stops a federation.
-_RESIDUALS = ("consensus_residual_rel", "data_residual_rel", "dual_residual_rel")
-
 
 def register(sub) -> None:
     from fedep.params import METHODS, add_param_options, pipeline_table
@@ -201,9 +198,10 @@ def _how(det) -> str:
         return text
     text += " (round cap reached before --tol)" if stop == "max_rounds" else ""
     last = (getattr(det, "history_", None) or [{}])[-1]
-    shown = [k for k in _RESIDUALS if isinstance(last.get(k), (int, float))]
-    if not shown and isinstance(last.get("v_change"), (int, float)):
-        shown = ["v_change"]
+    from fedep.federation.rounds import STOP_MEASURES  # what the stopping test compares
+
+    measures = STOP_MEASURES.get(getattr(det, "_method", ""), ())
+    shown = [k for k in measures if isinstance(last.get(k), (int, float))]
     if shown:
         res = ", ".join(f"{k}={last[k]:.3g}" for k in shown)
         text += f"; final {res} vs tol={det.tol:g}"

@@ -18,7 +18,7 @@ from fedep.detectors.base import (
     _POSITIVE_INT,
     BaseFederatedDetector,
 )
-from fedep.federation.rounds import run_rounds
+from fedep.federation.rounds import STOP_MEASURES, run_rounds
 
 
 class _FederatedMixin:
@@ -65,9 +65,16 @@ class _FederatedMixin:
                 if res.stop_reason == "max_rounds"
                 else f"({res.stop_reason}) after {res.n_rounds} rounds"
             )
+            last = res.history[-1] if res.history else {}
+            shown = ", ".join(
+                f"{k} {last[k]:.2g}"
+                for k in STOP_MEASURES[self._method]
+                if isinstance(last.get(k), (int, float))
+            )
             warnings.warn(
-                f"{type(self).__name__} stopped {why} before reaching tol={self.tol}; "
-                "increase n_rounds or tol",
+                f"{type(self).__name__} stopped {why} before reaching tol={self.tol}"
+                + (f" (last round: {shown})" if shown else "")
+                + "; increase n_rounds or tol",
                 ConvergenceWarning,
                 stacklevel=4,
             )
@@ -122,18 +129,23 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         of clients whose spans are farthest from the others', then the V-step of the
         rest) bound what a few compromised gateways can do to the global basis (see
         :mod:`fedep.core.aggregation`).
-    n_rounds : int, default=100
+    n_rounds : int, default=200
         Communication-round cap.
-    tol : float, default=1e-5
-        Stop when the relative consensus, data and dual residuals are all below it.
+    tol : float, default=1e-4
+        Stopping tolerance, a relative change of the objective per round: stop when,
+        over the last 10 rounds, no round changed the augmented Lagrangian by more
+        than ``tol`` times its value and the relative consensus and data residuals
+        are at most ``sqrt(tol)`` (see :func:`fedep.federation.rounds.converged`).
     inner_max_iter : int, default=2
         ManPG iterations per W-step (T_max). The W-step is warm-started from the
         previous round (point and SSN multiplier), so a couple of iterations per
         round suffice: an inexact ADMM whose rounds are cheap (see the benchmark).
     client_fraction : float, default=1.0
         Fraction of clients taking part in each round.
-    init : {"random", "oneshot"}, default="random"
-        Initial consensus: a random orthonormal basis, or one-shot merged client SVDs.
+    init : {"oneshot", "random"}, default="oneshot"
+        Initial consensus: one-shot merged client SVDs (each client sends its top
+        ``n_components`` right singular vectors scaled by their singular values, once;
+        a federated start already near the answer), or a random orthonormal basis.
     features : {"auto", "numeric"} or FeaturePipeline, default="auto"
         How a pandas DataFrame becomes model features. ``"auto"`` fits a
         :class:`~fedep.features.FeaturePipeline` per gateway without pooling rows
@@ -250,11 +262,11 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         penalty_scaling="relative",
         consensus_weights="auto",
         aggregation="mean",
-        n_rounds=100,
-        tol=1e-5,
+        n_rounds=200,
+        tol=1e-4,
         inner_max_iter=2,
         client_fraction=1.0,
-        init="random",
+        init="oneshot",
         features="auto",
         standardize=True,
         contamination=0.05,
@@ -321,11 +333,14 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
         clients whose spans are farthest from the others') bound what a few
         compromised gateways can do to the global basis.
-    n_rounds, tol, client_fraction, init, standardize, contamination, trim_steps, trim_share,
+    tol : float, default=1e-5
+        Stop when the change of the consensus basis in a round, ``||V^{k+1} -
+        V^k||_F / sqrt(n_components)`` (per column, orthonormal units), is at most it.
+    n_rounds, client_fraction, init, standardize, contamination, trim_steps, trim_share,
         trim_start
         As in :class:`FedEP`.
     random_state, callback
-        As in :class:`FedEP` (``tol`` applies to the change of the consensus basis).
+        As in :class:`FedEP`.
     features
         As in :class:`FedEP`.
 
@@ -355,10 +370,10 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         local_epochs=30,
         consensus_weights="uniform",
         aggregation="mean",
-        n_rounds=100,
-        tol=1e-6,
+        n_rounds=200,
+        tol=1e-5,
         client_fraction=1.0,
-        init="random",
+        init="oneshot",
         features="auto",
         standardize=True,
         contamination=0.05,
