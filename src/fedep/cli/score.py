@@ -235,7 +235,7 @@ def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
             scores, flags, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "line"
             )
-        fout.write(block.with_tails(tails(scores, flags, idx, vals)))
+        fout.write(tails.block_output(block, scores, flags, idx, vals))
         n_anom += int(flags.sum())
     return reader.n_rows, n_anom
 

@@ -434,13 +434,24 @@ class BaseFederatedDetector(BaseEstimator):
 
     def _apply(self, X, groups, fn):
         Z = self._transform_input(X)
-        out = self._global_scores(Z, fn)
         if groups is None:
-            return out
+            return self._global_scores(Z, fn)
         idx = self._client_index(groups, Z.shape[0])
-        for c in np.unique(idx[idx >= 0]):
-            rows = idx == c
-            out[rows] = fn(Z[rows], self.client_components_[c].T)
+        # each row scored once: by its client's basis, or the global one (idx -1)
+        order = np.argsort(idx, kind="stable")
+        cuts = np.flatnonzero(np.diff(idx[order])) + 1
+        out = None
+        for rows in np.split(order, cuts):
+            c = int(idx[rows[0]])
+            if c < 0:
+                part = self._global_scores(Z[rows], fn)
+            else:
+                part = fn(Z[rows], self.client_components_[c].T)
+            if out is None:
+                out = np.empty((Z.shape[0], *part.shape[1:]), dtype=part.dtype)
+            out[rows] = part
+        if out is None:  # no rows
+            out = self._global_scores(Z, fn)
         return out
 
     def decision_function(self, X, groups=None):
