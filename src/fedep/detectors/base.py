@@ -123,8 +123,14 @@ class BaseFederatedDetector(BaseEstimator):
                 f"max(n_components, 2) = {max(r, 2)} rows"
             )
         ends = np.cumsum(counts)
-        blocks = [X[order[e - c : e]] for c, e in zip(counts, ends, strict=True)]
-        return labels, blocks, inverse
+        blocks = []
+        for c, e in zip(counts, ends, strict=True):
+            rows = order[e - c : e]
+            # a client whose rows are consecutive (one client; one file per gateway) is
+            # a view of X, not a copy
+            contiguous = rows[-1] - rows[0] == c - 1
+            blocks.append(X[rows[0] : rows[-1] + 1] if contiguous else X[rows])
+        return labels, blocks, order
 
     def fit(self, X, y=None, groups=None):
         """Fit the detector on records spread over clients.
@@ -147,7 +153,8 @@ class BaseFederatedDetector(BaseEstimator):
         if self.n_components > X.shape[1]:
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)
-        labels, blocks, inverse = self._split_clients(X, groups)
+        labels, blocks, order = self._split_clients(X, groups)
+        del X  # the blocks hold the rows (views of X where they can): one copy, not two
         t0 = time.perf_counter()
         keep, V = None, None
         self.trim_history_ = []
@@ -160,7 +167,10 @@ class BaseFederatedDetector(BaseEstimator):
                 # objective of successive steps is comparable and the C-steps descend.
                 kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
                 mean = combine_moments(client_moments(b) for b in kept).mean
-            Z = [(b - mean) / scale for b in blocks]
+            if not (mean.any() or (scale != 1.0).any()):
+                Z = blocks  # (b - 0) / 1 == b: no standardised copy of the records
+            else:
+                Z = [(b - mean) / scale for b in blocks]
             # Set before the rounds, so that a callback can score with them.
             self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
             Zk = Z if keep is None else [z[k] for z, k in zip(Z, keep, strict=True)]
@@ -184,7 +194,7 @@ class BaseFederatedDetector(BaseEstimator):
             feature_names=names_in,
             features=pipe,
         )
-        self._process_decision_scores((X - mean) / scale, Z)
+        self._process_decision_scores(None, Z, order)
         return self
 
     def _uses_pipeline(self, X) -> bool:
@@ -351,7 +361,7 @@ class BaseFederatedDetector(BaseEstimator):
         if features is None and names is not None and len(names) == self.n_features_in_:
             self.feature_names_out_ = names
 
-    def _process_decision_scores(self, Z, blocks) -> None:
+    def _process_decision_scores(self, Z, blocks, order=None) -> None:
         """The threshold rule, from training scores only (PyOD's idea of the same name).
 
         ``decision_scores_`` are the global scores of the standardised training rows
@@ -363,8 +373,17 @@ class BaseFederatedDetector(BaseEstimator):
         same quantile of each client's block in
         ``blocks`` (list of (N_i, n_features), in ``clients_`` order) under its own
         basis; ``labels_`` the training rows' 0/1 flags.
+
+        ``Z`` None: the rows are those of ``blocks``, concatenated, in the training
+        order ``order`` (row ``order[i]`` of the training data is the i-th of the
+        concatenated blocks), so that no pooled copy of the records is made.
         """
-        self.decision_scores_ = self._global_scores(Z, residual_energy)
+        if Z is None:
+            scores = np.concatenate([self._global_scores(b, residual_energy) for b in blocks])
+            self.decision_scores_ = np.empty_like(scores)
+            self.decision_scores_[order] = scores
+        else:
+            self.decision_scores_ = self._global_scores(Z, residual_energy)
         if self.contamination == "auto":
             counts = ScoreCounts([log_scores(self.decision_scores_)])
             self.contamination_ = estimate_contamination(counts)

@@ -274,17 +274,25 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         self
         """
         df = _as_frame(X)
-        if groups is None:
-            frames = [df]
-        else:
+        codes, k = None, 1
+        if groups is not None:
             g = np.asarray(groups)
             if g.shape != (len(df),):
                 raise FeatureError(f"groups must have shape ({len(df)},), got {g.shape}")
             codes, _ = pd.factorize(g)
-            frames = [df.iloc[codes == k] for k in range(codes.max() + 1)]
-        self.fit_from_summaries([self.summarize(f) for f in frames])
+            k = int(codes.max()) + 1
+
+        def gateways():
+            # one gateway's rows at a time (a copy each), never all of them at once
+            if k == 1:
+                yield df
+            else:
+                for j in range(k):
+                    yield df.iloc[codes == j]
+
+        self.fit_from_summaries([self.summarize(f) for f in gateways()])
         if self.scale_rule is not None:
-            self.fit_scaling([self.gateway_moments(f) for f in frames])
+            self.fit_scaling([self.gateway_moments(f) for f in gateways()])
         return self
 
     # ------------------------------------------------------------------ transform
