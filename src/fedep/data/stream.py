@@ -268,10 +268,7 @@ class CsvBlockReader:
                         self.path, f"infinite value {s.iloc[i]!r}", line=first_line + i, column=c
                     )
                 frame = frame.assign(**{c: s.where(~inf, np.nan)})
-        ids = None
-        if client is not None:
-            ids = df[client].astype(object).where(df[client].notna(), "")
-            ids = ids.astype(str).str.strip().to_numpy(dtype=str)
+        ids = None if client is None else _stripped_text(df[client])
         return frame, ids
 
     def _parse(self, block: bytes, n_lines: int, first_line: int):
@@ -304,10 +301,21 @@ class CsvBlockReader:
         ids = None
         if client is not None:
             if separate:
-                ids = df[client].fillna("").astype(str).str.strip().to_numpy(dtype=str)
+                ids = _stripped_text(df[client])
             else:  # the client column is also a feature: its (finite) numbers as text
                 ids = np.array([f"{v:.15g}" for v in df[client].tolist()], dtype=str)
         return X, ids
+
+
+def _stripped_text(s: pd.Series) -> np.ndarray:
+    """A column as stripped text, ``""`` for a missing value, shape (n,) of str.
+
+    ``s.astype(object).where(s.notna(), "").astype(str).str.strip()``, computed on the
+    distinct values (a client column has few) and spread by their codes.
+    """
+    codes, uniques = pd.factorize(s, use_na_sentinel=True)
+    text = [str(u).strip() for u in uniques.tolist()] + [""]  # code -1 (missing) -> ""
+    return np.asarray(text, dtype=str)[codes]
 
 
 def iter_csv_blocks(
@@ -410,8 +418,9 @@ def _check_field_counts(buf: bytes, starts, ends, expected: int, src: Path, firs
     check rows with extra fields when ``usecols`` is given). Lines without quotes are
     checked by counting commas (vectorised); lines with quotes by the csv module."""
     arr = np.frombuffer(buf, np.uint8)
-    commas = np.flatnonzero(arr == 44)
-    n_commas = np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
+    # commas per line: sums over [starts[i], starts[i+1]) (the line end holds none; what
+    # follows the last line is blank)
+    n_commas = np.add.reduceat((arr == 44).view(np.uint8), starts, dtype=np.int64)
     check = n_commas != expected - 1
     if b'"' in buf:
         q = np.searchsorted(ends, np.flatnonzero(arr == 34), side="right")
