@@ -24,6 +24,9 @@ with its type inference and missing-value markers; the pipeline reads text and n
 alike. Infinite values in them follow ``infinity`` (``"nan"``: missing, ``"error"``: a
 ``DataError`` naming line and column), as :func:`fedep.data.readers.read_table` does.
 
+Lines are found, counted and checked with NumPy on each block's bytes (no per-line
+Python work unless a line holds a quote, a ``\r`` or only whitespace).
+
 Limitation: a quoted field spanning several lines is not supported (a block's row
 count then differs from its line count, which is reported). Results do not depend on
 ``chunk_rows``.
@@ -454,8 +457,10 @@ class ScoreTailFormatter:
 
     ``top_features`` is ``"name:value;name:value;..."`` (largest contribution first,
     values with 4 significant digits), quoted as a CSV field when a feature name needs
-    it; empty when ``k`` is 0. Scores are written with 10 significant digits. One
-    ``%`` format per row keeps this fast.
+    it; empty when ``k`` is 0. Scores are written with 10 significant digits.
+    :meth:`block_output` writes a whole block with compiled code
+    (:mod:`fedep.data._tails`); :meth:`__call__` (one ``%`` format per row) is the
+    reference it is tested against and the fallback for non-finite values.
 
     Parameters
     ----------
