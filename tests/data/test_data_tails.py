@@ -76,3 +76,17 @@ def test_non_finite_values_fall_back_to_the_reference(tmp_path):
         got = fmt.block_output(block, scores, np.array([0, 1]), idx, vals)
         assert got == block.with_tails(fmt(scores, np.array([0, 1]), idx, vals))
     assert block.lines == [b"1,2", b"3,4"]
+
+
+def test_count_per_line_equals_numpy_reference():
+    from fedep.data._lines import count_per_line, count_per_line_reference
+
+    rng = np.random.default_rng(3)
+    buf = rng.choice(np.frombuffer(b'a,,\n"x', np.uint8), 5000)
+    cuts = np.sort(rng.integers(0, buf.size, 400))
+    starts, ends = cuts[:-1], cuts[1:]  # some lines empty
+    for byte in (44, 34, 10):
+        np.testing.assert_array_equal(
+            count_per_line(buf, starts, ends, byte),
+            count_per_line_reference(buf, starts, ends, byte),
+        )

@@ -154,9 +154,9 @@ def _write_lines_impl(  # pragma: no cover - compiled by numba
     pos = 0
     k = idx.shape[1]
     for i in range(starts.shape[0]):
-        for j in range(starts[i], ends[i]):
-            out[pos] = buf[j]
-            pos += 1
+        n_line = ends[i] - starts[i]
+        out[pos : pos + n_line] = buf[starts[i] : ends[i]]
+        pos += n_line
         out[pos] = 44
         pos = _put_g(out, pos + 1, s_neg[i], s_m[i], s_e[i], 10, dig)
         out[pos] = 44

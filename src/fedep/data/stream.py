@@ -420,11 +420,10 @@ def _check_field_counts(buf: bytes, starts, ends, expected: int, src: Path, firs
     """Every line must have as many fields as the header (pandas' C parser does not
     check rows with extra fields when ``usecols`` is given). Lines without quotes are
     checked by counting commas (vectorised); lines with quotes by the csv module."""
+    from fedep.data._lines import count_per_line
+
     arr = np.frombuffer(buf, np.uint8)
-    # commas per line: sums over [starts[i], starts[i+1]) (the line end holds none; what
-    # follows the last line is blank)
-    n_commas = np.add.reduceat((arr == 44).view(np.uint8), starts, dtype=np.int64)
-    check = n_commas != expected - 1
+    check = count_per_line(arr, starts, ends, 44) != expected - 1
     if b'"' in buf:
         q = np.searchsorted(ends, np.flatnonzero(arr == 34), side="right")
         check[q[q < len(ends)]] = True
