@@ -79,8 +79,14 @@ def run_cli(args: list[str]) -> dict:
         "r = resource.getrusage(resource.RUSAGE_SELF)\n"
         "print('BENCH', json.dumps({'peak_kb': r.ru_maxrss, 'cpu_s': r.ru_utime + r.ru_stime}))\n"
     )
+    # this checkout's sources first, not an installed fedep
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"fedep {' '.join(args)} failed:\n{proc.stderr}")
