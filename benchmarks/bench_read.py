@@ -131,6 +131,7 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         write_csv(path, a.rows)
         results = {
+            "loadavg_before": [round(x, 2) for x in os.getloadavg()],
             "machine": platform.platform(),
             "cpus": os.cpu_count(),
             "pyarrow": pa.__version__,
@@ -152,6 +153,7 @@ def main(argv=None) -> None:
             pdc = [run_child(path, "pandas")]
             results["pandas_c"] = summarize(pdc, a.rows)
             print("pandas_c", json.dumps(results["pandas_c"]))
+    results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

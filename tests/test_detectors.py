@@ -191,3 +191,22 @@ def test_sample_weighted_consensus_fits_and_differs(data):
     assert a.stop_reason_ == b.stop_reason_ == "converged"
     assert not np.allclose(a.components_, b.components_)
     assert roc_auc_score(data.y_test, b.decision_function(data.X_test)) >= 0.95
+
+
+@pytest.mark.parametrize("cls", [FedEP, LocalPCA])
+def test_mixed_known_and_unknown_clients_scored_row_by_row(cls, data):
+    # each row is scored once, by its client's basis or (unknown id) the global rule
+    det = _small(cls).fit(data.X_train, groups=data.groups_train)
+    g = data.groups_test.copy()
+    g[::3] = 99
+    contrib = det.feature_contributions(data.X_test, groups=g)
+    glob = det.feature_contributions(data.X_test)
+    Z = (data.X_test - det.mean_) / det.scale_
+    for i in range(0, len(g), 17):
+        if g[i] == 99:
+            np.testing.assert_allclose(contrib[i], glob[i], rtol=1e-12)
+        else:
+            B = det.client_components_[g[i]].T
+            r = Z[i] - Z[i] @ B @ B.T
+            np.testing.assert_allclose(contrib[i], r**2, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(contrib.sum(1), det.decision_function(data.X_test, groups=g))

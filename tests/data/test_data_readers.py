@@ -675,3 +675,33 @@ def test_numeric_frames_round_trip_exactly(tmp_path, data, kind):
     for c in ["f0", "f1", "f2"]:
         assert back[c].dtype == np.float64
     pd.testing.assert_frame_equal(back, df, check_exact=True)
+
+
+_MESSY_COLUMNS = {
+    "int_then_float": ["1", "2", "3", "4", "5", "6", "7", "8.5"],
+    "int_then_text": ["1", "2", "3", "4", "5", "6", "7", "x"],
+    "empty_then_int": ["", "", "", "", "", "", "", "9"],
+    "int_then_empty": ["1", "2", "3", "4", "5", "6", "7", ""],
+    "bool_then_int": ["true", "false", "true", "true", "false", "true", "true", "2"],
+    "time_then_text": ["2024-01-01 00:00:00"] * 7 + ["later"],
+    "float_then_inf": ["1.5", "2", "3", "4", "5", "6", "7", "inf"],
+    "text": ["a", "b", "c", "d", "e", "f", "g", "h"],
+}
+
+
+@pytest.mark.parametrize("column", sorted(_MESSY_COLUMNS))
+@pytest.mark.parametrize("block", [24, 64, 1 << 22])
+def test_typed_read_equals_inferring_read(tmp_path, monkeypatch, column, block):
+    # the fast path types the columns from the first block; a type that changes later in
+    # the file must give exactly what inferring over the whole file gives
+    import fedep.data.readers.csv as rcsv
+
+    values = _MESSY_COLUMNS[column]
+    lines = [f"{v},{i}" for i, v in enumerate(values)]
+    p = tmp_path / "m.csv"
+    p.write_text(f"{column},n\n" + "\n".join(lines) + "\n")
+    monkeypatch.setattr(rcsv, "_BLOCK_SIZE", block)
+    typed = read_table(p)
+    monkeypatch.setattr(rcsv, "_first_block_types", lambda *a: {})
+    reference = read_table(p)
+    pd.testing.assert_frame_equal(typed, reference)

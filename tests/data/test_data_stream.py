@@ -163,3 +163,70 @@ def test_with_tails_and_formatter(tmp_path):
     (tail,) = quoted(np.array([1.0]), np.array([0]), np.array([[0, 1]]), np.array([[0.6, 0.4]]))
     assert tail == b',1,0,"x,""y"":0.6;b:0.4"\n'
     assert ScoreTailFormatter(["a"], 0)(np.array([3.0]), np.array([1])) == [b",3,1,\n"]
+
+
+def _reference_lines(path, chunk, n_fields):
+    """The per-line reader the vectorised one replaced: (first_line, lines) per block,
+    or the (message, line) of its first error."""
+    import csv
+    from itertools import islice
+
+    out, line_no, pending = [], 2, 0
+    with open(path, "rb") as fh:
+        fh.readline()
+        while True:
+            lines = list(islice(fh, chunk))
+            if not lines:
+                break
+            body = [ln.rstrip(b"\r\n") for ln in lines]
+            blank = [i for i, ln in enumerate(body) if not ln.strip()]
+            if blank:
+                if any(body[i].strip() for i in range(blank[0], len(body))):
+                    return ("blank line inside the data", line_no + blank[0])
+                pending += len(body) - blank[0]
+                body = body[: blank[0]]
+            elif pending:
+                return ("blank line inside the data", line_no - pending)
+            for i, ln in enumerate(body):
+                if b'"' in ln:
+                    n = len(next(csv.reader([ln.decode("utf-8")])))
+                else:
+                    n = ln.count(b",") + 1
+                if n != n_fields:
+                    return ("malformed row", line_no + i)
+            if body:
+                out.append((line_no, body))
+            line_no += len(lines)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vectorised_lines_equal_per_line_reference(tmp_path, seed):
+    # messy files: CR / CRLF line ends, quotes with commas, whitespace-only and blank
+    # lines (inside the data or trailing), rows with a field too many or too few
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(int(rng.integers(1, 40))):
+        a = f"{rng.normal():.3f}"
+        note = rng.choice(["z", '"x, y"', '""', " sp ace "])
+        rows.append(f"gw{i % 3},{note},{a},{i},0")
+    for _ in range(int(rng.integers(0, 3))):  # defects
+        k = int(rng.integers(0, len(rows) + 1))
+        rows.insert(k, str(rng.choice(["", "   ", "\t", "1,2,3", "a,b,c,d,e,f", "1,2,3,4,5"])))
+    rows += [""] * int(rng.integers(0, 3))
+    nl = str(rng.choice(["\n", "\r\n"]))
+    text = nl.join(["host,note,a,b,label", *rows]) + (nl if rng.uniform() < 0.7 else "")
+    p = tmp_path / "m.csv"
+    p.write_bytes(text.encode())
+    for chunk in (1, 3, 7, 1000):
+        ref = _reference_lines(p, chunk, 5)
+        try:
+            got = [(b.first_line, b.lines) for b in CsvBlockReader(p, ["b"], chunk)]
+        except DataError as exc:
+            msg = str(exc)
+            assert isinstance(ref, tuple), (msg, ref)
+            assert ref[0] in msg and f"line {ref[1]}:" in msg, (msg, ref)
+            continue
+        if not got:
+            continue
+        assert got == ref

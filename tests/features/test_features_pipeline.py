@@ -195,3 +195,52 @@ def test_end_to_end_pipeline_beats_raw_zscores():
     auc_raw = roc_auc_score(y, _pca_residual((a - mu) / sd, (b - mu) / sd, 3))
     assert auc_pipe > 0.9
     assert auc_pipe > auc_raw + 0.02, (auc_pipe, auc_raw)
+
+
+def _one_hot_reference(s: pd.Series, d) -> np.ndarray:
+    """The per-row one-hot rule: every value keyed, then looked up in the vocabulary."""
+    from fedep.features._values import NA_CATEGORY, column_family, string_view
+
+    keys = string_view(s, column_family(s)).fillna(NA_CATEGORY)
+    codes = pd.Index(list(d.vocabulary), dtype=object).get_indexer(keys).astype(np.int64)
+    codes[codes < 0] = len(d.vocabulary)
+    out = np.zeros((len(s), len(d.vocabulary) + 1))
+    out[np.arange(len(s)), codes] = 1.0
+    return out
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["tcp", "udp", None, "icmp", "tcp", np.nan, " tcp", "TCP"],  # text, nulls, unseen
+        [80, 443, 80, 8080, 53, 22, 80, 443],  # numbers as categories
+        [80.0, 443.0, np.nan, 80.5, 1e20, -0.0, np.inf, 443.0],
+        [True, False, None, True, False, True, None, False],
+        ["80", 443, None, "x", 80.0, "443", True, "-"],  # mixed object column
+    ],
+)
+def test_one_hot_by_distinct_values_equals_per_row_reference(values):
+    from fedep.features.decide import ColumnDecision
+    from fedep.features.pipeline import _encode_column
+
+    s = pd.Series(values, index=np.arange(10, 18))
+    fit_on = pd.Series(values[:5] * 3)
+    pipe = FeaturePipeline(categorical=["c"], scale_rule=None).fit(pd.DataFrame({"c": fit_on}))
+    (d,) = [d for d in pipe.decisions_ if d.name == "c"]
+    assert isinstance(d, ColumnDecision) and d.action == "one-hot"
+    for col in (s, s.astype("string"), s.astype(object)):
+        if col.dtype != object and col.map(type).nunique() > 1:
+            continue
+        out = np.full((len(col), len(d.output_names())), np.nan)
+        _encode_column(col, d, out)
+        np.testing.assert_array_equal(out, _one_hot_reference(col, d))
+
+
+def test_transform_leaves_the_input_frame_unchanged(fitted):
+    pipe, df, _ = fitted
+    messy = df.copy()
+    messy.loc[messy.index[:5], "duration"] = [np.inf, -np.inf, np.nan, 1.0, 2.0]
+    before = messy.copy()
+    Z = pipe.transform(messy)
+    pd.testing.assert_frame_equal(messy, before)
+    assert np.isfinite(Z).all()

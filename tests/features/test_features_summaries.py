@@ -172,3 +172,32 @@ def test_identifying_values_stay_on_the_gateway():
     assert set(cols["code"].top) == {"0", "1", "2", "3"}
     sent = json.dumps(summarize_columns(df).to_dict())
     assert "10.0." not in sent and df["uid"][0] not in sent
+
+
+@pytest.mark.parametrize("keep", [3, 256])
+def test_numeric_category_view_equals_per_row_reference(keep):
+    # numbers are counted by value and keyed once each; the reference keys every row
+    from fedep.features._values import column_family, string_view
+    from fedep.features.summaries import KMV, _summarize_one
+
+    rng = np.random.default_rng(keep)
+    n = 5000
+    values = {
+        "ints": rng.integers(-30, 30, n),
+        "decimals": np.round(rng.exponential(10, n), 2),  # ~1000 distinct, many ties
+        "mixed": rng.choice([0.0, -0.0, 1.5, np.inf, -np.inf, 2.0**60, 1e-300, 7.0], n),
+        "with_nan": np.where(rng.uniform(size=n) < 0.2, np.nan, rng.integers(0, 9, n)),
+        "objects": pd.Series(rng.choice([1, 2.5, None, 3], n), dtype=object),
+    }
+    for name, v in values.items():
+        s = pd.Series(v)
+        fam = column_family(s)
+        assert fam == "numeric"
+        cs = _summarize_one(name, s, keep, 32, forced=True)
+        vc = string_view(s, fam).value_counts(dropna=True, sort=False)
+        uniq, cnt = vc.index.to_numpy(dtype=object), vc.to_numpy()
+        order = sorted(range(len(uniq)), key=lambda i: (-cnt[i], uniq[i]))[:keep]
+        assert list(cs.top.items()) == [(str(uniq[i]), int(cnt[i])) for i in order], name
+        assert cs.n_null == len(s) - int(cnt.sum()) and cs.n_token == 0
+        assert cs.distinct.hashes == KMV.of([str(u) for u in uniq]).hashes
+        assert cs.truncated == (len(uniq) > keep)

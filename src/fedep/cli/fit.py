@@ -153,16 +153,23 @@ def cmd_fit(args) -> int:
         if ignored:
             info(f"--features numeric: ignoring non-numeric column(s) {ignored}", args.quiet)
         frame = frame[keep]
+    n_rows, n_cols = frame.shape
     info(
-        f"training {type(det).__name__} (rank {det.n_components}) on {frame.shape[0]} rows x "
-        f"{frame.shape[1]} columns: {data.desc}",
+        f"training {type(det).__name__} (rank {det.n_components}) on {n_rows} rows x "
+        f"{n_cols} columns: {data.desc}",
         args.quiet,
     )
+    # Hand the table over without keeping a reference here: the estimator encodes it
+    # into its own float matrix, and the table is then freed during the fit instead
+    # of staying in memory beside the matrix.
+    data.X = None
+    handover = [frame]
+    del frame
     t1 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            det.fit(frame, groups=data.groups)
+            det.fit(handover.pop(), groups=data.groups)
     finally:
         if progress is not None:
             progress.close()
@@ -174,14 +181,14 @@ def cmd_fit(args) -> int:
         from fedep.features import format_decisions
 
         n_out = len(det.feature_names_out_)
-        print(f"feature pipeline: {frame.shape[1]} columns -> {n_out} features")
+        print(f"feature pipeline: {n_cols} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))
     print(f"rank {det.n_components_} ({det.rank_reason_})")
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")
     print(
-        f"{args.method}: {_how(det)}; {n_clients} clients, {frame.shape[0]} training rows; "
+        f"{args.method}: {_how(det)}; {n_clients} clients, {n_rows} training rows; "
         f"fit {t_fit:.2f} s (data {t_load:.2f} s); threshold {det.threshold_:.6g}; "
         f"model written to {out}"
     )

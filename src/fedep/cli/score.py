@@ -226,7 +226,7 @@ def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
     _check_clash(reader.header, tails, src)
     n_anom = 0
     fout.write(reader.header_raw + b"," + ",".join(tails.columns).encode() + b"\n")
-    for block in reader:
+    for block in _read_ahead(reader):
         groups = None if block.ids is None else client_ids(block.ids, det)
         if block.frame is None:
             scores, flags, idx, vals = score_block(det, block.X, groups, tails_names, tails.k)
@@ -235,9 +235,28 @@ def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
             scores, flags, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "line"
             )
-        fout.write(block.with_tails(tails(scores, flags, idx, vals)))
+        fout.write(tails.block_output(block, scores, flags, idx, vals))
         n_anom += int(flags.sum())
     return reader.n_rows, n_anom
+
+
+def _read_ahead(blocks):
+    """The items of ``blocks``, the next one read by a worker thread while the caller
+    works on the current one (parsing and scoring overlap on two cores: pandas' parser,
+    NumPy/BLAS and the output writer release the GIL). Order, errors (raised where
+    the plain loop would raise them) and memory (one block ahead) are unchanged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    it = iter(blocks)
+    end = object()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedep-read") as pool:
+        pending = pool.submit(next, it, end)
+        while True:
+            block = pending.result()
+            if block is end:
+                return
+            pending = pool.submit(next, it, end)
+            yield block
 
 
 def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:

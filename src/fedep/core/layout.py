@@ -28,7 +28,8 @@ class ClientGroup:
     lengths : ndarray of shape (k,)
         Real number of rows of each client (the rest of ``X`` is padding).
     X : ndarray of shape (k, m, n) or None
-        Zero-padded records (None once a cohort needs only their Gram matrices).
+        Zero-padded records (None once a cohort needs only their Gram matrices); for
+        a client alone (k = 1), a view of its block. Read only.
     U, A : ndarray of shape (k, m, n) or None
         FedEP's auxiliary ``U = X - S`` and scaled dual ``A = Lam / mu`` of the same
         rows, when the cohort models ``S`` (else None).
@@ -79,8 +80,13 @@ def make_groups(
     n = blocks[0].shape[1]
     for g in groups:
         lengths = sizes[g]
-        X = np.zeros((len(g), int(lengths.max()), n))
-        for j, c in enumerate(g):
-            X[j, : lengths[j]] = blocks[c]
+        if len(g) == 1:
+            # a client alone needs no padding: a (1, N_i, n) view of its block (the
+            # groups' X is only read), not a copy of the largest clients' records
+            X = np.ascontiguousarray(blocks[g[0]], dtype=np.float64)[None]
+        else:
+            X = np.zeros((len(g), int(lengths.max()), n))
+            for j, c in enumerate(g):
+                X[j, : lengths[j]] = blocks[c]
         out.append(ClientGroup(np.array(g), lengths, X))
     return out

@@ -81,8 +81,9 @@ def client_moments(X: np.ndarray) -> Moments:
         z = np.zeros(X.shape[1])
         return Moments(0, z, z.copy())
     mean = X.mean(axis=0)
-    m2 = ((X - mean) ** 2).sum(axis=0)
-    return Moments(n, mean, m2)
+    dev = X - mean
+    np.square(dev, out=dev)  # in place: one temporary the size of X, not two
+    return Moments(n, mean, dev.sum(axis=0))
 
 
 def combine_moments(parts: Iterable[Moments]) -> Moments:

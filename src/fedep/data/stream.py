@@ -24,6 +24,9 @@ with its type inference and missing-value markers; the pipeline reads text and n
 alike. Infinite values in them follow ``infinity`` (``"nan"``: missing, ``"error"``: a
 ``DataError`` naming line and column), as :func:`fedep.data.readers.read_table` does.
 
+Lines are found, counted and checked with NumPy on each block's bytes (no per-line
+Python work unless a line holds a quote, a ``\r`` or only whitespace).
+
 Limitation: a quoted field spanning several lines is not supported (a block's row
 count then differs from its line count, which is reported). Results do not depend on
 ``chunk_rows``.
@@ -36,7 +39,6 @@ import io
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +82,10 @@ class CsvBlock:
         The requested numeric columns, in the requested order; all finite.
     ids : ndarray of str, shape (n_rows,), or None
         The client column's text (stripped; ``""`` when empty), or None without one.
-    lines : list of bytes
-        The rows' original lines, without line ends.
+    buf : bytes
+        The rows' bytes: row ``i``'s line (without its line end) is
+        ``buf[starts[i]:ends[i]]``.
+    starts, ends : ndarray of int64, shape (n_rows,)
     first_line : int
         1-based line number of the first row in the file (the header is line 1).
     frame : DataFrame or None
@@ -90,12 +94,20 @@ class CsvBlock:
 
     X: np.ndarray
     ids: np.ndarray | None
-    lines: list[bytes]
+    buf: bytes
+    starts: np.ndarray
+    ends: np.ndarray
     first_line: int
     frame: pd.DataFrame | None = None
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return int(self.starts.shape[0])
+
+    @property
+    def lines(self) -> list[bytes]:
+        """The rows' original lines, without line ends."""
+        buf = self.buf
+        return [buf[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
 
     def with_tails(self, tails: Sequence[bytes]) -> bytes:
         """The block's lines, each followed by its tail (which ends the line)."""
@@ -184,37 +196,38 @@ class CsvBlockReader:
             fh.readline()
             line_no = 2  # of the next line to read
             pending_blank = 0
-            while True:
-                lines = list(islice(fh, self.chunk_rows))
-                if not lines:
-                    break
-                body = [ln.rstrip(b"\r\n") for ln in lines]
+            for data in _line_chunks(fh, self.chunk_rows):
+                buf, starts, ends, blank = _split_lines(data)
+                n_lines = len(starts)
                 # Blank lines: fine at the end of the file, an error inside the data.
-                blank = [i for i, ln in enumerate(body) if not ln.strip()]
-                if blank:
-                    if any(body[i].strip() for i in range(blank[0], len(body))):
-                        raise DataError(src, "blank line inside the data", line=line_no + blank[0])
-                    pending_blank += len(body) - blank[0]
-                    body = body[: blank[0]]
+                if blank.size:
+                    first = int(blank[0])
+                    if blank.size != n_lines - first:
+                        raise DataError(src, "blank line inside the data", line=line_no + first)
+                    pending_blank += n_lines - first
+                    starts, ends = starts[:first], ends[:first]
                 elif pending_blank:
                     raise DataError(src, "blank line inside the data", line=line_no - pending_blank)
-                if body:
-                    yield self._block(body, line_no)
-                    self.n_rows += len(body)
-                line_no += len(lines)
+                if len(starts):
+                    yield self._block(buf, starts, ends, line_no)
+                    self.n_rows += len(starts)
+                line_no += n_lines
         if self.n_rows == 0:
             raise DataError(src, "file has a header but no data rows", line=2)
 
     # ------------------------------------------------------------------ parsing
-    def _block(self, body: list[bytes], first_line: int) -> CsvBlock:
-        _check_field_counts(body, len(self.header), self.path, first_line)
-        raw = b"\n".join(body) + b"\n"
+    def _block(self, buf: bytes, starts, ends, first_line: int) -> CsvBlock:
+        _check_field_counts(buf, starts, ends, len(self.header), self.path, first_line)
+        n = len(starts)
+        # the rows' lines, each ended by one \n (a view of buf when its lines end so)
+        raw = buf[: int(ends[-1]) + 1] if ends[-1] < len(buf) else buf + b"\n"
+        kw = dict(X=np.empty((n, 0)), buf=buf, starts=starts, ends=ends, first_line=first_line)
         if self.frame_columns is not None:
-            frame, ids = self._parse_frame(raw, len(body), first_line)
-            X = np.empty((len(body), 0))
-            return CsvBlock(X=X, ids=ids, lines=body, first_line=first_line, frame=frame)
-        X, ids = self._parse(raw, len(body), first_line)
-        return CsvBlock(X=X, ids=ids, lines=body, first_line=first_line)
+            frame, ids = self._parse_frame(raw, n, first_line)
+            return CsvBlock(ids=ids, frame=frame, **kw)
+        X, ids = self._parse(raw, n, first_line)
+        kw["X"] = X
+        return CsvBlock(ids=ids, **kw)
 
     def _read_block(self, block: bytes, n_lines: int, first_line: int, **kw) -> pd.DataFrame:
         """``pd.read_csv`` of a block; a malformed row or a row count other than
@@ -258,10 +271,7 @@ class CsvBlockReader:
                         self.path, f"infinite value {s.iloc[i]!r}", line=first_line + i, column=c
                     )
                 frame = frame.assign(**{c: s.where(~inf, np.nan)})
-        ids = None
-        if client is not None:
-            ids = df[client].astype(object).where(df[client].notna(), "")
-            ids = ids.astype(str).str.strip().to_numpy(dtype=str)
+        ids = None if client is None else _stripped_text(df[client])
         return frame, ids
 
     def _parse(self, block: bytes, n_lines: int, first_line: int):
@@ -294,10 +304,21 @@ class CsvBlockReader:
         ids = None
         if client is not None:
             if separate:
-                ids = df[client].fillna("").astype(str).str.strip().to_numpy(dtype=str)
+                ids = _stripped_text(df[client])
             else:  # the client column is also a feature: its (finite) numbers as text
                 ids = np.array([f"{v:.15g}" for v in df[client].tolist()], dtype=str)
         return X, ids
+
+
+def _stripped_text(s: pd.Series) -> np.ndarray:
+    """A column as stripped text, ``""`` for a missing value, shape (n,) of str.
+
+    ``s.astype(object).where(s.notna(), "").astype(str).str.strip()``, computed on the
+    distinct values (a client column has few) and spread by their codes.
+    """
+    codes, uniques = pd.factorize(s, use_na_sentinel=True)
+    text = [str(u).strip() for u in uniques.tolist()] + [""]  # code -1 (missing) -> ""
+    return np.asarray(text, dtype=str)[codes]
 
 
 def iter_csv_blocks(
@@ -330,18 +351,89 @@ def _locate_bad_value(block: bytes, header, names, src, first_line) -> None:
     raise DataError(src, "cannot parse the feature columns", line=first_line)
 
 
-def _check_field_counts(body: list[bytes], expected: int, src: Path, first_line: int) -> None:
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() removes
+
+
+def _line_chunks(fh, chunk_rows: int, piece: int = 1 << 22) -> Iterator[bytes]:
+    """The rest of ``fh`` in pieces of ``chunk_rows`` lines (each ended by ``\\n``; the
+    last piece: what is left, possibly without a final line end)."""
+    carry = b""
+    eof = False
+    while not eof:
+        parts = [carry]
+        count = carry.count(b"\n")
+        while count < chunk_rows:
+            more = fh.read(piece)
+            if not more:
+                eof = True
+                break
+            parts.append(more)
+            count += more.count(b"\n")
+        data = b"".join(parts) if len(parts) > 1 else carry
+        if count >= chunk_rows:
+            nl = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+            prev = 0
+            for cut in (nl[chunk_rows - 1 :: chunk_rows] + 1).tolist():
+                yield data[prev:cut]
+                prev = cut
+            carry = data[prev:]
+        else:
+            carry = data
+    if carry:
+        yield carry
+
+
+def _split_lines(data: bytes):
+    """(buf, starts, ends, blank) of a piece of lines: line ``i`` without its line end is
+    ``buf[starts[i]:ends[i]]``; ``blank``: indices of the lines that are empty or
+    whitespace only. Without ``\\r``, ``buf`` is ``data`` itself (no per-line work);
+    with it, the lines are stripped of trailing ``\\r`` and re-joined by ``\\n``."""
+    if b"\r" in data:
+        lines = data.split(b"\n")
+        if data.endswith(b"\n"):
+            lines.pop()
+        body = [ln.rstrip(b"\r\n") for ln in lines]
+        buf = b"\n".join(body) + b"\n"
+        lengths = np.fromiter(map(len, body), np.int64, len(body))
+        ends = np.cumsum(lengths + 1) - 1
+        starts = ends - lengths
+    else:
+        buf = data
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        if not data.endswith(b"\n"):
+            ends = np.append(ends, len(data))
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+    arr = np.frombuffer(buf, np.uint8)
+    # a blank line is empty or starts with whitespace: check those few one by one
+    maybe = ends == starts
+    some = ~maybe
+    maybe[some] = _WHITESPACE[arr[starts[some]]]
+    cand = np.flatnonzero(maybe)
+    blank = [i for i in cand.tolist() if not buf[starts[i] : ends[i]].strip()]
+    return buf, starts, ends, np.asarray(blank, dtype=np.int64)
+
+
+def _check_field_counts(buf: bytes, starts, ends, expected: int, src: Path, first_line: int):
     """Every line must have as many fields as the header (pandas' C parser does not
-    check rows with extra fields when ``usecols`` is given)."""
-    commas = expected - 1
-    for i, ln in enumerate(body):
+    check rows with extra fields when ``usecols`` is given). Lines without quotes are
+    checked by counting commas (vectorised); lines with quotes by the csv module."""
+    from fedep.data._lines import count_per_line
+
+    arr = np.frombuffer(buf, np.uint8)
+    check = count_per_line(arr, starts, ends, 44) != expected - 1
+    if b'"' in buf:
+        q = np.searchsorted(ends, np.flatnonzero(arr == 34), side="right")
+        check[q[q < len(ends)]] = True
+    for i in np.flatnonzero(check).tolist():
+        ln = buf[starts[i] : ends[i]]
         if b'"' in ln:
             try:
                 n = len(next(csv.reader([ln.decode("utf-8")])))
             except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
                 raise DataError(src, f"unreadable row ({exc})", line=first_line + i) from None
-        elif ln.count(b",") == commas:
-            continue
         else:
             n = ln.count(b",") + 1
         if n != expected:
@@ -364,8 +456,10 @@ class ScoreTailFormatter:
 
     ``top_features`` is ``"name:value;name:value;..."`` (largest contribution first,
     values with 4 significant digits), quoted as a CSV field when a feature name needs
-    it; empty when ``k`` is 0. Scores are written with 10 significant digits. One
-    ``%`` format per row keeps this fast.
+    it; empty when ``k`` is 0. Scores are written with 10 significant digits.
+    :meth:`block_output` writes a whole block with compiled code
+    (:mod:`fedep.data._tails`); :meth:`__call__` (one ``%`` format per row) is the
+    reference it is tested against and the fallback for non-finite values.
 
     Parameters
     ----------
@@ -381,6 +475,8 @@ class ScoreTailFormatter:
         names = [str(n) for n in names]
         self.k = min(int(k), len(names))
         quote = any(_needs_quotes(n) for n in names)
+        self.quote = quote
+        self._name_bytes: list[bytes] | None = None
         self.names = np.asarray([n.replace('"', '""') if quote else n for n in names], object)
         q = '"' if quote and self.k else ""
         tops = ";".join(["%s:%.4g"] * self.k)
@@ -402,6 +498,27 @@ class ScoreTailFormatter:
                 cols.append(vals[:, j].tolist())
             tops = [fmt % row for row in zip(*cols, strict=True)]
         return dict(zip(self.columns, (score_txt, flag_list, tops), strict=True))
+
+    def block_output(self, block: CsvBlock, scores, flags, idx=None, vals=None) -> bytes:
+        """``block.with_tails(self(scores, flags, idx, vals))``, written by compiled code
+        (:mod:`fedep.data._tails`: the same bytes, several times faster); the per-row
+        formatting remains for non-finite values or without numba."""
+        from fedep.data._tails import HAVE_KERNEL, write_lines
+
+        out = None
+        if HAVE_KERNEL:
+            if self._name_bytes is None:
+                self._name_bytes = [str(n).encode() for n in self.names.tolist()]
+            buf = np.frombuffer(block.buf, np.uint8)
+            out = write_lines(
+                buf, block.starts, block.ends, scores, flags,
+                None if self.k == 0 else idx[:, : self.k],
+                None if self.k == 0 else vals[:, : self.k],
+                self._name_bytes, self.quote and self.k > 0,
+            )  # fmt: skip
+        if out is None:
+            out = block.with_tails(self(scores, flags, idx, vals))
+        return out
 
     def __call__(self, scores, flags, idx=None, vals=None) -> list[bytes]:
         """One tail per row: ``scores`` (n,), 0/1 ``flags`` (n,), and with ``k > 0`` the

@@ -89,6 +89,18 @@ def _check_groups(groups, n: int) -> np.ndarray:
     return groups
 
 
+def _release_arrow_memory() -> None:
+    """Return the memory pyarrow's allocator holds but no longer uses to the OS.
+
+    Tables read by pyarrow (and pandas' Arrow-backed columns) live in pyarrow's memory
+    pool, which keeps freed pages resident for reuse: once a large table is encoded and
+    dropped, that is the size of the table in resident memory beside the float matrix.
+    """
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
 class BaseFederatedDetector(BaseEstimator):
     """Shared machinery: validation, federated standardisation, scoring, thresholds.
 
@@ -134,8 +146,14 @@ class BaseFederatedDetector(BaseEstimator):
                 f"max(n_components, 2) = {max(r, 2)} rows"
             )
         ends = np.cumsum(counts)
-        blocks = [X[order[e - c : e]] for c, e in zip(counts, ends, strict=True)]
-        return labels, blocks, inverse
+        blocks = []
+        for c, e in zip(counts, ends, strict=True):
+            rows = order[e - c : e]
+            # a client whose rows are consecutive (one client; one file per gateway) is
+            # a view of X, not a copy
+            contiguous = rows[-1] - rows[0] == c - 1
+            blocks.append(X[rows[0] : rows[-1] + 1] if contiguous else X[rows])
+        return labels, blocks, order
 
     def fit(self, X, y=None, groups=None):
         """Fit the detector on records spread over clients.
@@ -155,15 +173,19 @@ class BaseFederatedDetector(BaseEstimator):
         """
         self._validate_params()
         X, pipe, names_in = self._fit_input(X, groups)
+        if pipe is not None:
+            _release_arrow_memory()  # the encoded table (when the caller let it go)
         if self.n_components != "auto" and self.n_components > X.shape[1]:
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)
-        labels, blocks, inverse = self._split_clients(X, groups)
+        labels, blocks, order = self._split_clients(X, groups)
+        del X  # the blocks hold the rows (views of X where they can): one copy, not two
         t0 = time.perf_counter()
         keep, V = None, None
         self.trim_history_ = []
         mean, scale, constant = self._standardization(blocks, pipe)
-        self.n_components_, reason = self._choose_rank([(b - mean) / scale for b in blocks])
+        # One client's standardised block at a time: no standardised copy of all records.
+        self.n_components_, reason = self._choose_rank((b - mean) / scale for b in blocks)
         located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
         if self.trim_steps and self.trim_start == "median":
             keep = self._median_start(blocks, mean, scale)
@@ -184,7 +206,10 @@ class BaseFederatedDetector(BaseEstimator):
                 # comparable and the C-steps descend.
                 kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
                 mean = combine_moments(client_moments(b) for b in kept).mean
-            Z = [(b - mean) / scale for b in blocks]
+            if not (mean.any() or (scale != 1.0).any()):
+                Z = blocks  # (b - 0) / 1 == b: no standardised copy of the records
+            else:
+                Z = [(b - mean) / scale for b in blocks]
             # Set before the rounds, so that a callback can score with them.
             self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
             Zk = Z if keep is None else [z[k] for z, k in zip(Z, keep, strict=True)]
@@ -209,7 +234,7 @@ class BaseFederatedDetector(BaseEstimator):
             features=pipe,
             rank_reason=reason,
         )
-        self._process_decision_scores((X - mean) / scale, Z)
+        self._process_decision_scores(None, Z, order)
         return self
 
     def _choose_rank(self, blocks) -> tuple[int, str]:
@@ -217,16 +242,20 @@ class BaseFederatedDetector(BaseEstimator):
         threshold of the merged spectrum (:func:`fedep.core.rank.choose_rank`).
 
         Each client sends the Gram matrix of its standardised records (n_features x
-        n_features; no record); the server sums them. ``blocks`` (list of (N_i,
+        n_features; no record); the server sums them. ``blocks`` (iterable of (N_i,
         n_features)) are standardised and centred at the global mean.
         """
         if self.n_components != "auto":
             r = int(self.n_components)
             return r, f"r={r}: n_components={r} given"
         cap, why = self._rank_cap()
+        gram, counts = 0.0, []
+        for b in blocks:  # an iterable: each block may be made on the fly and dropped
+            gram = gram + client_gram(b)
+            counts.append(b.shape[0])
         choice = choose_rank(
-            sum(client_gram(b) for b in blocks),
-            [b.shape[0] for b in blocks],
+            gram,
+            counts,
             max_rank=cap,
             max_rank_reason=why,
         )
@@ -304,7 +333,7 @@ class BaseFederatedDetector(BaseEstimator):
         med = coordinate_median(Z)
         dist = [median_distance(z, med, 1.0) for z in Z]
         n = sum(d.shape[0] for d in dist)
-        return keep_at_or_below(dist, n - n // 2, max(self.n_components, 2))
+        return keep_at_or_below(dist, n - n // 2, max(self._rank(), 2))
 
     def _selection_step(self, blocks, V, keep):
         """The C-step's selection (:mod:`fedep.core.trimming`), from sums and counts only.
@@ -424,7 +453,7 @@ class BaseFederatedDetector(BaseEstimator):
         if features is None and names is not None and len(names) == self.n_features_in_:
             self.feature_names_out_ = names
 
-    def _process_decision_scores(self, Z, blocks) -> None:
+    def _process_decision_scores(self, Z, blocks, order=None) -> None:
         """The threshold rule, from training scores only (PyOD's idea of the same name).
 
         ``decision_scores_`` are the global scores of the standardised training rows
@@ -436,8 +465,17 @@ class BaseFederatedDetector(BaseEstimator):
         same quantile of each client's block in
         ``blocks`` (list of (N_i, n_features), in ``clients_`` order) under its own
         basis; ``labels_`` the training rows' 0/1 flags.
+
+        ``Z`` None: the rows are those of ``blocks``, concatenated, in the training
+        order ``order`` (row ``order[i]`` of the training data is the i-th of the
+        concatenated blocks), so that no pooled copy of the records is made.
         """
-        self.decision_scores_ = self._global_scores(Z, residual_energy)
+        if Z is None:
+            scores = np.concatenate([self._global_scores(b, residual_energy) for b in blocks])
+            self.decision_scores_ = np.empty_like(scores)
+            self.decision_scores_[order] = scores
+        else:
+            self.decision_scores_ = self._global_scores(Z, residual_energy)
         if self.contamination == "auto":
             counts = ScoreCounts([log_scores(self.decision_scores_)])
             self.contamination_ = estimate_contamination(counts)
@@ -506,13 +544,24 @@ class BaseFederatedDetector(BaseEstimator):
 
     def _apply(self, X, groups, fn):
         Z = self._transform_input(X)
-        out = self._global_scores(Z, fn)
         if groups is None:
-            return out
+            return self._global_scores(Z, fn)
         idx = self._client_index(groups, Z.shape[0])
-        for c in np.unique(idx[idx >= 0]):
-            rows = idx == c
-            out[rows] = fn(Z[rows], self.client_components_[c].T)
+        # each row scored once: by its client's basis, or the global one (idx -1)
+        order = np.argsort(idx, kind="stable")
+        cuts = np.flatnonzero(np.diff(idx[order])) + 1
+        out = None
+        for rows in np.split(order, cuts):
+            c = int(idx[rows[0]])
+            if c < 0:
+                part = self._global_scores(Z[rows], fn)
+            else:
+                part = fn(Z[rows], self.client_components_[c].T)
+            if out is None:
+                out = np.empty((Z.shape[0], *part.shape[1:]), dtype=part.dtype)
+            out[rows] = part
+        if out is None:  # no rows
+            out = self._global_scores(Z, fn)
         return out
 
     def decision_function(self, X, groups=None):

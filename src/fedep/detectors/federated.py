@@ -55,7 +55,8 @@ class _FederatedMixin:
         cohort = self._make_cohort(blocks, V0)
         res = self._run_rounds(cohort, V0, rng, self.callback)
         self._set_federation_result(res)
-        return polar(res.V), cohort.state_arrays()["W"]
+        # W alone: state_arrays() would also copy every record's U and A (FedEP)
+        return polar(res.V), cohort.W.copy()
 
     def _set_federation_result(self, res, *, warn: bool = True) -> None:
         """History, rounds and stop reason of a federation (in-process or Flower)."""

@@ -94,13 +94,14 @@ def canonical_keys(values: np.ndarray) -> list[str]:
     -------
     list of str, length n
     """
-    out = []
-    for v in np.asarray(values, dtype=float).tolist():
-        if v == v and abs(v) < 2.0**53 and v == int(v):
-            out.append(str(int(v)))
-        else:
-            out.append(repr(v))
-    return out
+    v = np.asarray(values, dtype=float).ravel()
+    with np.errstate(invalid="ignore"):
+        integral = (np.abs(v) < 2.0**53) & (v == np.trunc(v))  # False for NaN / inf
+    out = np.empty(v.shape[0], dtype=object)
+    # numpy's int64 -> str is str(int(v)), in C; repr (shortest round trip) for the rest
+    out[integral] = v[integral].astype(np.int64).astype(str)
+    out[~integral] = [repr(x) for x in v[~integral].tolist()]
+    return out.tolist()
 
 
 def string_view(s: pd.Series, family: str) -> pd.Series:

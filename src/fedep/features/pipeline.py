@@ -107,28 +107,41 @@ def _read_numeric(s: pd.Series, d: ColumnDecision) -> np.ndarray:
     return out
 
 
-def _encode_column(s: pd.Series, d: ColumnDecision) -> np.ndarray:
-    """Encoded features of one column, shape (n_samples, len(d.output_names()))."""
+def _one_hot_codes(s: pd.Series, d: ColumnDecision) -> np.ndarray:
+    """Vocabulary index of every value of a one-hot column (``len(d.vocabulary)``: other).
+
+    The key of a value depends on the value alone, so the distinct values are keyed
+    (:func:`string_view`) and looked up once each, not once per row.
+    """
+    k = len(d.vocabulary)
+    vocab = pd.Index(list(d.vocabulary), dtype=object)
+    codes, uniques = pd.factorize(s, use_na_sentinel=True)
+    fam = column_family(s)
+    ukeys = string_view(pd.Series(uniques, dtype=s.dtype if fam != "string" else object), fam)
+    lookup = vocab.get_indexer(ukeys.fillna(NA_CATEGORY)).astype(np.int64)
+    lookup[lookup < 0] = k
+    na = int(vocab.get_indexer([NA_CATEGORY])[0])
+    lookup = np.append(lookup, k if na < 0 else na)  # codes -1 (null) -> the last entry
+    return lookup[codes]
+
+
+def _encode_column(s: pd.Series, d: ColumnDecision, out: np.ndarray) -> None:
+    """Write the encoded features of one column into ``out``, shape (n_samples,
+    len(d.output_names()))."""
     n = len(s)
     if d.action == "one-hot":
-        keys = string_view(s, column_family(s)).fillna(NA_CATEGORY)
-        codes = pd.Index(list(d.vocabulary), dtype=object).get_indexer(keys).astype(np.int64)
-        k = len(d.vocabulary)
-        codes[codes < 0] = k
-        out = np.zeros((n, k + 1))
-        out[np.arange(n), codes] = 1.0
-        return out
-    x = _read_numeric(s, d)
+        out[...] = 0.0
+        out[np.arange(n), _one_hot_codes(s, d)] = 1.0
+        return
+    x = _read_numeric(s, d)  # may be a view of the caller's frame: not changed in place
     miss = np.isnan(x)
-    x = np.where(x == np.inf, d.hi, x)
-    x = np.where(x == -np.inf, d.lo, x)
+    x = np.where(np.isinf(x), np.where(x > 0, d.hi, d.lo), x)
     x[miss] = d.impute
     if d.action in ("log1p", "signed-log"):
         x = np.sign(x) * np.log1p(np.abs(x))
-    cols = [x]
+    out[:, 0] = x
     if d.missing_indicator:
-        cols.append(miss.astype(float))
-    return np.column_stack(cols)
+        out[:, 1] = miss
 
 
 class FeaturePipeline(TransformerMixin, BaseEstimator):
@@ -287,17 +300,25 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         self
         """
         df = _as_frame(X)
-        if groups is None:
-            frames = [df]
-        else:
+        codes, k = None, 1
+        if groups is not None:
             g = np.asarray(groups)
             if g.shape != (len(df),):
                 raise FeatureError(f"groups must have shape ({len(df)},), got {g.shape}")
             codes, _ = pd.factorize(g)
-            frames = [df.iloc[codes == k] for k in range(codes.max() + 1)]
-        self.fit_from_summaries([self.summarize(f) for f in frames])
+            k = int(codes.max()) + 1
+
+        def gateways():
+            # one gateway's rows at a time (a copy each), never all of them at once
+            if k == 1:
+                yield df
+            else:
+                for j in range(k):
+                    yield df.iloc[codes == j]
+
+        self.fit_from_summaries([self.summarize(f) for f in gateways()])
         if self.scale_rule is not None:
-            self.fit_scaling([self.gateway_moments(f) for f in frames])
+            self.fit_scaling([self.gateway_moments(f) for f in gateways()])
         return self
 
     # ------------------------------------------------------------------ transform
@@ -329,18 +350,19 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             )
         seen = set(self.feature_names_in_.tolist())
         self.last_ignored_columns_ = [c for c in df.columns if c not in seen]
-        blocks = []
-        for d in self.decisions_:
-            if not d.used:
-                continue
+        used = [d for d in self.decisions_ if d.used]
+        widths = [len(d.output_names()) for d in used]
+        # one output array, each column written in place (no per-column blocks to stack)
+        out = np.empty((len(df), sum(widths)), dtype=np.float64)
+        j = 0
+        for d, w in zip(used, widths, strict=True):
             if d.name in present:
                 s = df[d.name]
             else:
                 s = pd.Series(np.full(len(df), np.nan), index=df.index, dtype=float)
-            blocks.append(_encode_column(s, d))
-        if not blocks:
-            return np.zeros((len(df), 0))
-        return np.ascontiguousarray(np.hstack(blocks), dtype=np.float64)
+            _encode_column(s, d, out[:, j : j + w])
+            j += w
+        return out
 
     def transform(self, X: pd.DataFrame) -> np.ndarray:
         """Encode, centre and scale.
@@ -354,10 +376,13 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples, n_features_out), float64
         """
-        Z = self.encode(X)
-        if self.mean_ is None:
+        if getattr(self, "mean_", None) is None:
+            self._check_decided()
             raise NotFittedError("FeaturePipeline scaling is not fitted: call fit_scaling")
-        return (Z - self.mean_) / self.scale_
+        Z = self.encode(X)
+        Z -= self.mean_  # in place: Z is a fresh array
+        Z /= self.scale_
+        return Z
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
         """Output feature names: ``col``, ``col_missing``, ``col=value``, ``col=<other>``."""

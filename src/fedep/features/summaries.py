@@ -36,6 +36,7 @@ lists, dicts) -- send ``json.dumps(summary.to_dict())`` as one string in a Flowe
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from fedep.features._values import (
     BOOL_TRUE,
     MISSING_TOKENS,
     FeatureError,
+    canonical_keys,
     column_family,
     numeric_values,
     string_view,
@@ -242,8 +244,14 @@ class KMV:
         """Sketch of a collection of text keys."""
         if len(keys) == 0:
             return cls(k, [])
-        h = pd.util.hash_array(np.asarray(list(keys), dtype=object))
-        h = np.unique(h)[:k]
+        # categorize=False: the same hashes, without first factorising (the callers
+        # pass distinct keys)
+        h = pd.util.hash_array(np.asarray(list(keys), dtype=object), categorize=False)
+        if h.size > k:
+            small = np.unique(np.partition(h, k - 1)[:k])  # the k smallest, if distinct
+            h = small if small.size == k else np.unique(h)[:k]
+        else:
+            h = np.unique(h)
         return cls(k, [int(x) for x in h.tolist()])
 
     def merge(self, other: KMV) -> KMV:
@@ -508,13 +516,30 @@ def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray) -> None:
     cs.sketch.add(v, c)
 
 
+def _top_keys(uniq: np.ndarray, cnt: np.ndarray, keep: int) -> list[int]:
+    """Indices of the ``keep`` most frequent keys, ties by text: the first ``keep`` of
+    ``sorted(range(len(uniq)), key=lambda i: (-cnt[i], uniq[i]))``, without sorting
+    every distinct key (a column of mostly distinct values has millions)."""
+    n = len(uniq)
+    if n > keep:
+        kth = np.partition(cnt, n - keep)[n - keep]  # the keep-th largest count
+        sure = np.flatnonzero(cnt > kth)
+        tied = np.flatnonzero(cnt == kth)
+        # the (keep - len(sure)) smallest texts among the keys tied at that count
+        texts = uniq[tied].tolist()
+        chosen = heapq.nsmallest(keep - len(sure), range(len(tied)), key=texts.__getitem__)
+        candidates = [*sure.tolist(), *tied[chosen].tolist()]
+    else:
+        candidates = range(n)
+    return sorted(candidates, key=lambda i: (-cnt[i], uniq[i]))[:keep]
+
+
 def _summarize_one(
     name: str, s: pd.Series, keep: int, sketch_size: int, forced: bool = False
 ) -> ColumnSummary:
     fam = column_family(s)
     cs = ColumnSummary(name=name, families=(fam,), n_rows=len(s))
     cs.sketch = LogHistogram(sketch_size)
-    keys = string_view(s, fam) if fam != "datetime" else None
     if fam == "datetime":
         vals = numeric_values(s, fam)
         ok = ~np.isnan(vals)
@@ -525,15 +550,31 @@ def _summarize_one(
         cs.distinct = KMV.of(np.unique(vals[ok]).astype(str).tolist())
         cs.n_time = int(ok.sum())
         return cs
-    vc = keys.value_counts(dropna=True, sort=False)
-    cs.n_null = len(s) - int(vc.sum())
-    uniq = np.asarray(vc.index.to_numpy(dtype=object), dtype=object)
-    cnt = vc.to_numpy(dtype=np.int64)
-    low = np.asarray([u.strip().lower() for u in uniq], dtype=object)
-    token = np.isin(low, list(MISSING_TOKENS)) if len(low) else np.zeros(0, bool)
-    cs.n_token = _weighted_count(token, cnt)
+    if fam == "numeric":
+        # A number's key (canonical_keys) is a function of its value, one to one, and
+        # never a missing token: count the distinct values, then key only those (not
+        # every row, as string_view would).
+        vals = numeric_values(s, fam)
+        vals = vals[~np.isnan(vals)]
+        cs.n_null = len(s) - len(vals)
+        distinct_vals, cnt = np.unique(vals, return_counts=True)
+        uniq = np.asarray(canonical_keys(distinct_vals), dtype=object)
+        cnt = cnt.astype(np.int64)
+        cs.n_token = 0
+        _numeric_view(cs, vals, np.ones(len(vals), dtype=np.int64))
+    else:
+        keys = string_view(s, fam)
+        vc = keys.value_counts(dropna=True, sort=False)
+        cs.n_null = len(s) - int(vc.sum())
+        uniq = np.asarray(vc.index.to_numpy(dtype=object), dtype=object)
+        cnt = vc.to_numpy(dtype=np.int64)
+        low = np.asarray([u.strip().lower() for u in uniq], dtype=object)
+        token = np.isin(low, list(MISSING_TOKENS)) if len(low) else np.zeros(0, bool)
+        cs.n_token = _weighted_count(token, cnt)
     # numeric view
-    if fam in ("numeric", "bool"):
+    if fam == "numeric":
+        pass
+    elif fam == "bool":
         vals = numeric_values(s, fam)
         vals = vals[~np.isnan(vals)]
         _numeric_view(cs, vals, np.ones(len(vals), dtype=np.int64))
@@ -549,11 +590,10 @@ def _summarize_one(
         cs.n_time = _weighted_count(us.str.fullmatch(_TIME_RE).to_numpy(bool), cnt)
         cs.n_bool_token = _weighted_count(np.isin(low, list(BOOL_TRUE | BOOL_FALSE)), cnt)
     # category view
-    order = sorted(range(len(uniq)), key=lambda i: (-cnt[i], uniq[i]))
-    kept = order[:keep]
+    kept = _top_keys(uniq, cnt, keep)
     cs.top = {str(uniq[i]): int(cnt[i]) for i in kept}
     cs.other_count = int(cnt.sum()) - sum(cs.top.values())
-    cs.truncated = len(order) > keep
+    cs.truncated = len(uniq) > keep
     cs.distinct = KMV.of([str(u) for u in uniq])
     if not forced and _withhold_values(name, cs, fam):
         # What leaves the gateway must not list its addresses, uids, timestamps or

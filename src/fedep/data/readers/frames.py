@@ -65,6 +65,10 @@ def _to_pandas(
         types_mapper=_types_mapper(ints_nullable), split_blocks=release, self_destruct=release
     )
     df.columns = names
+    if release:
+        # give the converted Arrow buffers back to the OS now (the pool would keep them
+        # resident beside the DataFrame)
+        pa.default_memory_pool().release_unused()
     return df
 
 
