@@ -24,11 +24,11 @@ import time
 import warnings
 
 import numpy as np
-from sklearn.covariance import MinCovDet
 from sklearn.metrics import f1_score, roc_auc_score
 
 from fedep import FedEP, FedPG, PooledPCA
 from fedep.data import load_dataset
+from fedep.evaluation.reproduce.contaminated import MCDReference
 
 TRIM = {"trim_steps": 3, "trim_share": 0.2, "trim_start": "all"}
 #: Record trimming from the robust start (coordinate-wise median, start-set scaling).
@@ -48,39 +48,6 @@ METHODS = {
     "pca-robust-all": lambda r, s: PooledPCA(r, **{**ROBUST, "trim_start": "all"}),
     "fedep-robust-all": lambda r, s: FedEP(r, random_state=s, **{**ROBUST, "trim_start": "all"}),
 }
-
-
-class _MCD:
-    """Centralised robust reference: Minimum Covariance Determinant, Mahalanobis score.
-
-    Fitted on a subsample (``max_rows``) of the standardised training rows, on the
-    non-constant features; ``contamination_`` is the ``"auto"`` rule's estimate
-    is not defined here (threshold: the 0.95 quantile of the training distances).
-    """
-
-    def __init__(self, seed, max_rows=2000):
-        self.seed, self.max_rows = seed, max_rows
-
-    def fit(self, X, groups=None):
-        rng = np.random.default_rng(self.seed)
-        self.mean_, sd = X.mean(0), X.std(0)
-        self.cols_ = sd > 1e-9
-        self.sd_ = sd[self.cols_]
-        Z = (X[:, self.cols_] - self.mean_[self.cols_]) / self.sd_
-        sub = Z[rng.choice(len(Z), min(self.max_rows, len(Z)), replace=False)]
-        sub = sub + 1e-6 * rng.standard_normal(sub.shape)  # break exact collinearity
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.mcd_ = MinCovDet(random_state=self.seed, support_fraction=None).fit(sub)
-        self.threshold_ = float(np.quantile(self.decision_function(X), 0.95))
-        return self
-
-    def decision_function(self, X):
-        Z = (X[:, self.cols_] - self.mean_[self.cols_]) / self.sd_
-        return self.mcd_.mahalanobis(Z)
-
-    def predict(self, X):
-        return (self.decision_function(X) > self.threshold_).astype(int)
 
 
 def _training_set(d, share, n_normal, rng):
@@ -103,7 +70,7 @@ def run(args) -> list[dict]:
                 X, true_share = _training_set(d, share, args.n_normal, rng)
                 groups = rng.integers(0, args.n_clients, X.shape[0])  # IID gateways
                 for m in args.methods:
-                    est = _MCD(seed) if m == "mcd" else METHODS[m](args.rank, seed)
+                    est = MCDReference(2000, seed) if m == "mcd" else METHODS[m](args.rank, seed)
                     t0 = time.perf_counter()
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")

@@ -42,6 +42,7 @@ from fedep.evaluation.metrics import format_metrics_table
 
 __all__ = [
     "METHODS",
+    "MCDReference",
     "training_set",
     "contaminated_cells",
     "collect_contaminated",
@@ -68,7 +69,7 @@ def training_set(X, y, share: float, n_normal: int, rng):
     return X[np.concatenate([rows, att])], att.size / (rows.size + att.size)
 
 
-class _MCD:
+class MCDReference:
     """``MinCovDet`` on standardised non-constant features, squared Mahalanobis score."""
 
     def __init__(self, max_rows: int, seed: int):
@@ -117,7 +118,7 @@ def _make(method: str, c: dict, seed: int):
     if method == "PooledPCA":
         return PooledPCA(**common)
     if method == "MCD (centralised)":
-        return _MCD(int(c["mcd_rows"]), seed)
+        return MCDReference(int(c["mcd_rows"]), seed)
     raise ValueError(f"unknown method {method!r}")  # pragma: no cover - a plan bug
 
 
