@@ -27,6 +27,7 @@ _SHOWN = (
     ("data_residual_rel", "data"),
     # FedEP's stopping measure (from its 11th round): see federation.rounds.converged.
     ("lagrangian_change", "dL"),
+    ("objective_change", "dObj"),  # FedPG's
     ("dual_residual_rel", "dual"),
     ("v_change", "dV"),
 )

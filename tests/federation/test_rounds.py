@@ -187,7 +187,9 @@ def test_lagrangian_change_is_the_largest_relative_step_over_the_window():
 def test_fedep_stops_when_stationary_and_feasible(change, cons, data, expected):
     rec = {"lagrangian_change": change, "consensus_residual_rel": cons, "data_residual_rel": data}
     assert converged(rec, 1e-4, "fedep") is expected
-    assert converged({"v_change": 1e-5}, 1e-4, "fedpg")
+    assert converged({"objective_change": 1e-5, "v_change": 1.0}, 1e-4, "fedpg")
+    assert not converged({"objective_change": None, "v_change": 0.0}, 1e-4, "fedpg")
+    assert not converged({"objective_change": 2e-4}, 1e-4, "fedpg")
 
 
 def test_loop_records_the_lagrangian_change_and_stops_on_it():

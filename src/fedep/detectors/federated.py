@@ -335,8 +335,9 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         clients whose spans are farthest from the others') bound what a few
         compromised gateways can do to the global basis.
     tol : float, default=1e-5
-        Stop when the change of the consensus basis in a round, ``||V^{k+1} -
-        V^k||_F / sqrt(n_components)`` (per column, orthonormal units), is at most it.
+        Stop when, over the last 10 rounds, no round changed the objective (the
+        clients' summed reconstruction errors) by more than ``tol`` times its value
+        (``objective_change``, :func:`fedep.federation.rounds.converged`).
     n_rounds, client_fraction, init, standardize, contamination, trim_steps, trim_share,
         trim_start
         As in :class:`FedEP`.

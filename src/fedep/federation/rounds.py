@@ -152,16 +152,19 @@ STOP_WINDOW = 10
 #: warning or a report shows when a fit stops at the cap).
 STOP_MEASURES = {
     "fedep": ("lagrangian_change", "consensus_residual_rel", "data_residual_rel"),
-    "fedpg": ("v_change",),
+    "fedpg": ("objective_change",),
 }
 
 
-def lagrangian_change(history: list[dict], window: int = STOP_WINDOW) -> float | None:
-    """Largest change of the augmented Lagrangian per round over the last ``window``
-    rounds, relative to its last value (None before ``window + 1`` rounds)."""
+def lagrangian_change(
+    history: list[dict], window: int = STOP_WINDOW, key: str = "augmented_lagrangian"
+) -> float | None:
+    """Largest change of the augmented Lagrangian (or of the record field ``key``) per
+    round over the last ``window`` rounds, relative to its last value (None before
+    ``window + 1`` rounds)."""
     if len(history) <= window:
         return None
-    L = np.array([h["augmented_lagrangian"] for h in history[-window - 1 :]])
+    L = np.array([h[key] for h in history[-window - 1 :]])
     return float(np.max(np.abs(np.diff(L))) / max(abs(L[-1]), 1e-300))
 
 
@@ -185,11 +188,16 @@ def converged(record: dict, tol: float, method: str) -> bool:
     penalties, so a quiet gateway cannot hold the test open. ``tol`` is a relative
     change of the objective per round.
 
-    FedPG's server has no penalty-weighted Lagrangian; it stops on the change of
-    the consensus basis, ``v_change <= tol``.
+    FedPG's server has no penalty-weighted Lagrangian; it stops when its objective
+    (the clients' reconstruction errors) is stationary in the same sense,
+    ``objective_change <= tol``. Not on the change of the basis: between directions of
+    nearly equal variance the basis keeps turning for hundreds of rounds (measured on
+    the official splits at the automatic rank) while the reconstruction error, and so
+    every detection score, no longer moves.
     """
     if method == "fedpg":
-        return bool(record["v_change"] <= tol)
+        change = record.get("objective_change")
+        return bool(change is not None and change <= tol)
     primal = max(record["consensus_residual_rel"], record["data_residual_rel"])
     change = record.get("lagrangian_change")
     return bool(change is not None and change <= tol and primal <= np.sqrt(tol))
@@ -255,8 +263,11 @@ def run_rounds(
         rec["time_s"] = time.perf_counter() - t0
         V = V_new
         result.history.append(rec)
-        if method != "fedpg" and k >= d:  # comparable only over the same clients
-            rec["lagrangian_change"] = lagrangian_change(result.history)
+        if k >= d:  # comparable only over the same clients
+            if method == "fedpg":
+                rec["objective_change"] = lagrangian_change(result.history, key="objective")
+            else:
+                rec["lagrangian_change"] = lagrangian_change(result.history)
         if on_round is not None:
             on_round(rnd, V, rec)
         if tol > 0 and k >= d and converged(rec, tol, method):
