@@ -55,6 +55,7 @@ __all__ = [
     "params_from_run_config",
     "pipeline_params_from_run_config",
     "pipeline_table",
+    "make_pipeline",
     "option_name",
 ]
 
@@ -377,6 +378,36 @@ def pipeline_table() -> dict[str, ParamSpec]:
     from fedep.features import FeaturePipeline
 
     return param_table([FeaturePipeline])
+
+
+def make_pipeline(
+    params: dict[str, Any],
+    features: Any = "auto",
+    *,
+    spell=option_name,
+    needs: str = "features 'auto'",
+):
+    """The :class:`~fedep.features.FeaturePipeline` of the given pipeline parameters
+    (by Python name), validated by its own rules, as every surface builds it.
+
+    ``features`` is the estimator's: the pipeline's parameters need ``"auto"``. The
+    refusal names the options as the surface spells them (``spell``) and what they
+    need (``needs``).
+
+    Raises
+    ------
+    ValueError
+        The pipeline's own message for a bad value, or options given without
+        ``features="auto"``.
+    """
+    from fedep.features import FeaturePipeline
+
+    if params and features != "auto":
+        opts = " / ".join(spell(k) for k in params)
+        raise ValueError(f"{opts} configure the feature pipeline: they need {needs}")
+    pipe = FeaturePipeline(**params)
+    pipe._validate_params()
+    return pipe
 
 
 def run_config_defaults() -> dict[str, Any]:

@@ -33,7 +33,6 @@ import numpy as np
 
 from fedep.cli._common import (
     DEFAULT_PARTITION_SEED,
-    UsageError,
     add_clients,
     add_data_source,
     check_output_file,
@@ -82,18 +81,18 @@ def build_estimator(args: argparse.Namespace):
     ValueError
         An option of another method, or the estimator's own message for a bad value.
     """
-    from fedep.params import make_estimator, option_name, params_from_args
+    from fedep.params import make_estimator, make_pipeline, option_name, params_from_args
 
     params = params_from_args(args)
     overrides = pipeline_overrides(args)
     if overrides:
-        if params.get("features", "auto") != "auto":
-            opts = " / ".join(f"--{option_name(k)}" for k in overrides)
-            raise UsageError(f"{opts} configure the feature pipeline: they need --features auto")
-        from fedep.features import FeaturePipeline
-
-        params["features"] = FeaturePipeline(**overrides)
-        params["features"]._validate_params()  # refused before any data is read
+        # Checked and refused before any data is read.
+        params["features"] = make_pipeline(
+            overrides,
+            params.get("features", "auto"),
+            spell=lambda k: f"--{option_name(k)}",
+            needs="--features auto",
+        )
     elif getattr(args, "dataset", None) is not None and "features" not in params:
         params["features"] = "numeric"  # the paper's features, as the reproduction
     det = make_estimator(args.method, params)

@@ -510,6 +510,12 @@ def build_parser():
     return ap, table
 
 
+def _option(name: str) -> str:
+    from fedep.params import option_name
+
+    return f"--{option_name(name)}"
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
@@ -564,8 +570,7 @@ def parse(argv=None):
     if not {"-h", "--help"} & set(argv):
         # The checks that need no estimator first: answered before scikit-learn loads.
         _check_run_args(_base_parser(None).parse_known_args(argv)[0])
-    from fedep.features import FeaturePipeline
-    from fedep.params import make_estimator, params_from_args, pipeline_table
+    from fedep.params import make_estimator, make_pipeline, params_from_args, pipeline_table
 
     ap, table = build_parser()
     a = ap.parse_args(argv)
@@ -575,9 +580,7 @@ def parse(argv=None):
     pipe = params_from_args(a, ptable)
     try:
         est = make_estimator(a.method, params)
-        if pipe and est.features != "auto":
-            raise ValueError("the feature-pipeline options need --features auto")
-        FeaturePipeline(**pipe)._validate_params()
+        make_pipeline(pipe, est.features, spell=_option, needs="--features auto")
     except ValueError as exc:
         raise UsageError(_one_line(exc)) from None
     a.params, a.table = params, table

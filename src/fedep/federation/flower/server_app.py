@@ -55,7 +55,7 @@ from fedep.federation.server import merge_reports, validate_report
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
     make_estimator,
-    option_name,
+    make_pipeline,
     params_from_run_config,
     pipeline_params_from_run_config,
     run_config_defaults,
@@ -564,13 +564,8 @@ def pipeline_params(run_config: dict, est) -> dict:
     """The feature-pipeline parameters of a run config, validated by the pipeline's own
     rules (before any message is sent); they need the estimator's ``features="auto"``.
     """
-    from fedep.features import FeaturePipeline
-
     params = pipeline_params_from_run_config(run_config)
-    if params and est.features != "auto":
-        keys = ", ".join(option_name(k) for k in params)
-        raise ValueError(f"{keys} configure the feature pipeline: they need features 'auto'")
-    FeaturePipeline(**params)._validate_params()
+    make_pipeline(params, est.features)
     return params
 
 
