@@ -87,24 +87,13 @@ def test_dataframe_goes_through_the_pipeline(cls, flows):
     assert roc_auc_score(y, s) > 0.9
 
 
-def _zeek_flows():
-    """The synthetic conn.log generator of the CLI tests (tests/cli/_zeek.py)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parent / "cli" / "_zeek.py"
-    spec = importlib.util.spec_from_file_location("_fedep_test_zeek", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.flows
-
-
 def test_raw_z_scores_do_worse():
     """The issue: z-scores of raw heavy-tailed counts (and timestamps, ports) rank the
     attacks poorly; the pipeline's log1p / one-hot / drops rank them almost perfectly."""
     from sklearn.metrics import roc_auc_score
 
-    flows = _zeek_flows()
+    from _zeek import flows
+
     train = pd.concat([flows(600, seed=s) for s in (1, 2, 3)], ignore_index=True)
     groups = np.repeat(["gw1", "gw2", "gw3"], 600)
     test = flows(600, seed=9, attack_rate=0.1, t0=1.7e9 + 86400)

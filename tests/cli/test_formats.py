@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 import fedep
+from _zeek import FIELDS, flows, write_zeek
 from fedep.cli import main
 from fedep.data.readers import read_table
 
 from ._helpers import one_error_line
-from ._zeek import FIELDS, flows, write_zeek
 
 FIT = ["--n-rounds", "40", "--random-state", "0", "--quiet"]
 

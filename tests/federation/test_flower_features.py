@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from _zeek import write_zeek
+
 pytest.importorskip("flwr")
 
 from fedep import load  # noqa: E402
@@ -55,26 +57,6 @@ def _flows(seed: int, n: int, shift: float = 0.0) -> pd.DataFrame:
     )
 
 
-def _write_zeek(path, df: pd.DataFrame) -> None:
-    lines = [
-        "#separator \\x09",
-        "#set_separator\t,",
-        "#empty_field\t(empty)",
-        "#unset_field\t-",
-        "#path\tconn",
-        "#open\t2024-01-01-00-00-00",
-        "#fields\t" + "\t".join(ZEEK_FIELDS),
-        "#types\t" + "\t".join(ZEEK_TYPES),
-    ]
-    for row in df[ZEEK_FIELDS].itertuples(index=False):
-        vals = [
-            "-" if pd.isna(v) else (f"{v:.6f}" if isinstance(v, float) else str(v)) for v in row
-        ]
-        lines.append("\t".join(vals))
-    lines.append("#close\t2024-01-01-01-00-00")
-    path.write_text("\n".join(lines) + "\n")
-
-
 def _gateway_files(tmp_path, rows=(300, 320, 340)):
     """a: CSV with an attack-labelled column; b: CSV without ``duration``; c: Zeek log."""
     a = _flows(1, rows[0])
@@ -83,7 +65,7 @@ def _gateway_files(tmp_path, rows=(300, 320, 340)):
     _flows(2, rows[1], shift=0.5).drop(columns=["duration"]).to_csv(tmp_path / "b.csv", index=False)
     c = _flows(3, rows[2], shift=-0.3)
     c.loc[c.index % 7 == 0, "duration"] = np.nan  # unset in the log
-    _write_zeek(tmp_path / "c.log", c)
+    write_zeek(c, tmp_path / "c.log", fields=ZEEK_FIELDS, types=ZEEK_TYPES)
     cfgs = [
         {
             "data-path": str(tmp_path / "a.csv"),

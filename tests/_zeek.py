@@ -1,4 +1,7 @@
-"""Synthetic Zeek conn.log flows with known attacks (ground truth made here).
+"""Synthetic Zeek conn.log flows with known attacks (ground truth made here), and a writer.
+
+Shared by the tests of several packages: ``tests/`` is on ``sys.path`` (its
+``conftest.py`` sits outside any package), so ``from _zeek import ...`` works anywhere.
 
 Normal flows: tcp/udp, services http/dns/ssl/-, conn_state mostly SF (some S0/REJ, a
 few RSTO), heavy-tailed lognormal byte counts with responses correlated to requests.
@@ -51,8 +54,15 @@ def flows(n: int, seed: int, *, attack_rate: float = 0.0, t0: float = 1.7e9) -> 
     return df
 
 
-def write_zeek(df: pd.DataFrame, path) -> None:
-    """Write the FIELDS of ``df`` as a Zeek ASCII conn.log."""
+def write_zeek(
+    df: pd.DataFrame,
+    path,
+    *,
+    fields: list[str] = FIELDS,
+    types: list[str] = TYPES,
+    close: str = "2024-01-02-00-00-00",
+) -> None:
+    """Write the ``fields`` of ``df`` as a Zeek ASCII conn.log (missing values unset: ``-``)."""
     head = [
         "#separator \\x09",
         "#set_separator\t,",
@@ -60,10 +70,11 @@ def write_zeek(df: pd.DataFrame, path) -> None:
         "#unset_field\t-",
         "#path\tconn",
         "#open\t2024-01-01-00-00-00",
-        "#fields\t" + "\t".join(FIELDS),
-        "#types\t" + "\t".join(TYPES),
+        "#fields\t" + "\t".join(fields),
+        "#types\t" + "\t".join(types),
     ]
-    body = df[FIELDS].astype(str).agg("\t".join, axis=1).tolist()
-    text = "\n".join([*head, *body, "#close\t2024-01-02-00-00-00"]) + "\n"
+    cells = df[fields].astype(str).where(df[fields].notna(), "-")
+    body = cells.agg("\t".join, axis=1).tolist()
+    text = "\n".join([*head, *body, "#close\t" + close]) + "\n"
     with open(path, "w") as fh:
         fh.write(text)
