@@ -48,6 +48,13 @@ gateway. With a federated fit in step 1 (FedEP, FedPG) the fit step is the feder
 estimate of PCA rather than exact PCA, so the descent property is exact for pooled PCA
 and approximate for the federations; the kept-set fixed point stops both.
 
+The loop is :func:`concentration_steps`, written once against :class:`TrimRecords`
+(the gateways' answers: counts, sums, kept moments): the in-process ``fit`` drives it
+over :class:`LocalRecords`, a Flower server over messages to the gateways
+(``fedep.federation.flower.server_app.RemoteRecords``), with the same results. The
+per-feature medians of the robust start are searched in lockstep
+(:func:`order_statistics`: one count query for every feature per step).
+
 **Robust start** (:func:`coordinate_median`, :func:`median_distance`). Starting the
 C-steps from every record fails when attacks are many and clustered: a tight cluster
 holding 10-20% of the records takes one of the ``r`` directions and, being tight, has
@@ -125,6 +132,7 @@ __all__ = [
     "record_values",
     "counted_values",
     "ppca_sums",
+    "add_ppca_sums",
     "TrimRecords",
     "LocalRecords",
     "trim_share",
@@ -599,10 +607,10 @@ class LocalRecords:
     def ppca_sums(self, mean, scale, V):
         Z = self.standardized(mean, scale)
         keep = self.keep or [None] * len(Z)
-        return _sum_ppca(ppca_sums(z, V, k) for z, k in zip(Z, keep, strict=True))
+        return add_ppca_sums(ppca_sums(z, V, k) for z, k in zip(Z, keep, strict=True))
 
 
-def _sum_ppca(parts):
+def add_ppca_sums(parts):
     """The gateways' :func:`ppca_sums`, summed in order (the in-process sums' order)."""
     count, sum_t2, sum_res = 0, 0, 0
     for c, t2, res in parts:
