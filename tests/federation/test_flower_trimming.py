@@ -11,7 +11,7 @@ pytest.importorskip("flwr")
 from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP, FedPG  # noqa: E402
-from fedep.federation.flower import run_local  # noqa: E402
+from fedep.federation.flower import FaultPlan, run_local  # noqa: E402
 from fedep.federation.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
 from fedep.params import InvalidParameterError  # noqa: E402
 
@@ -136,3 +136,33 @@ def test_a_bad_trim_value_is_refused_before_any_message(tmp_path):
             run_local(_gateways(tmp_path), {"n-components": R, key: bad})
         msg = str(e.value)
         assert "\n" not in msg and key.replace("-", "_") in msg
+
+
+def test_a_gateway_that_leaves_during_the_rounds_is_left_out_of_later_steps(tmp_path):
+    rc = {"n-components": R, "n-rounds": 3, "tol": 0.0, "features": "numeric", "trim-steps": 2}
+    rc.update({"trim-share": 0.2, "round-timeout-s": 0.3})
+    cfgs = _gateways(tmp_path)[::-1]  # gateway index i holds label i
+    res, _ = run_local(cfgs, rc, faults=FaultPlan(vanish={3: 2}))
+    assert len(res.trim_history) == 2
+    # gone in round 2 of the first fit: every selection counts the other gateways' records
+    n = sum(len(x) for x in _pooled(cfgs, "numeric")[0][:3])
+    assert [h["n_kept"] for h in res.trim_history] == [n - round(0.2 * n)] * 2
+    assert res.finalized == ["0", "1", "2"] and "3" in res.failed
+
+
+def test_a_gateway_failing_a_count_query_ends_the_run_with_one_line(tmp_path):
+    rc = {"n-components": R, "n-rounds": 2, "tol": 0.0, "features": "numeric", "trim-steps": 1}
+    cfgs = _gateways(tmp_path)[::-1]
+    with pytest.raises(RuntimeError) as e:
+        run_local(cfgs, rc, faults=FaultPlan(error_type={2: "query.trim"}))
+    msg = str(e.value)
+    assert "\n" not in msg and "record trimming" in msg and "gateway 2" in msg
+
+
+def test_trimming_queries_are_signed_and_verified(tmp_path):
+    secret = "hmac:a-shared-trimming-secret"
+    cfgs = [{**c, "verify-key": secret} for c in _gateways(tmp_path)]
+    rc = {"n-components": R, "n-rounds": 2, "tol": 0.0, "features": "numeric", "trim-steps": 1}
+    res, grid = run_local(cfgs, {**rc, "sign-key": secret, "trim-start": "median"})
+    assert res.finalized == ["0", "1", "2", "3"] and len(res.trim_history) == 1
+    assert any(m.metadata.message_type == "query.trim" for _, m in grid.sent)
