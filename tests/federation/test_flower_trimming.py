@@ -131,6 +131,10 @@ def test_trimming_over_flower_is_the_inprocess_fit(tmp_path, method, cls, params
 
 
 def test_a_bad_trim_value_is_refused_before_any_message(tmp_path):
+    from fedep.federation.flower import DEFAULT_RUN_CONFIG
+
+    # derived from the estimators' parameter table like every other key
+    assert {"trim-steps", "trim-share", "trim-start", "contamination"} <= set(DEFAULT_RUN_CONFIG)
     for key, bad in (("trim-steps", -1), ("trim-share", 0.7), ("trim-start", "mean")):
         with pytest.raises(InvalidParameterError) as e:
             run_local(_gateways(tmp_path), {"n-components": R, key: bad})
