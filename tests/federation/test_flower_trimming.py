@@ -170,3 +170,13 @@ def test_trimming_queries_are_signed_and_verified(tmp_path):
     res, grid = run_local(cfgs, {**rc, "sign-key": secret, "trim-start": "median"})
     assert res.finalized == ["0", "1", "2", "3"] and len(res.trim_history) == 1
     assert any(m.metadata.message_type == "query.trim" for _, m in grid.sent)
+
+
+def test_a_malformed_trimming_reply_ends_the_run_naming_its_gateway():
+    from fedep.federation.flower.server_app import Gateways, RemoteRecords
+
+    gw = Gateways(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={1: "a", 2: "b"})
+    records = RemoteRecords(None, gw, timeout=1.0, min_clients=1)
+    assert records.parse([("a", {"x": 1})], lambda rep: rep["x"]) == [1]
+    with pytest.raises(RuntimeError, match="^gateway b sent a malformed record-trimming reply"):
+        records.parse([("a", {"x": 1}), ("b", {})], lambda rep: rep["x"])

@@ -567,10 +567,18 @@ class RemoteCounts:
     def __init__(self, records: RemoteRecords, kind: str, std: dict, params: dict):
         self.records, self.kind, self.std, self.params = records, kind, std, params
         self.columns = kind == "coords"
-        reps = records.ask("range", kind, std, params)
-        lo = np.min([arrays_of(r.content["range"])["lo"] for r in reps], axis=0)
-        hi = np.max([arrays_of(r.content["range"])["hi"] for r in reps], axis=0)
-        self.n = int(sum(int(r.content["count"]["count"]) for r in reps))
+
+        def range_of(rep):
+            a = arrays_of(rep.content["range"])
+            lo, hi = np.asarray(a["lo"], dtype=float), np.asarray(a["hi"], dtype=float)
+            if lo.shape != hi.shape or not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+                raise ValueError(f"range of shapes {lo.shape}, {hi.shape} or not finite")
+            return lo, hi, int(rep.content["count"]["count"])
+
+        ranges = records.parse(records.ask("range", kind, std, params), range_of)
+        lo = np.min([r[0] for r in ranges], axis=0)
+        hi = np.max([r[1] for r in ranges], axis=0)
+        self.n = int(sum(r[2] for r in ranges))
         self.lo, self.hi = (lo, hi) if self.columns else (float(lo[0]), float(hi[0]))
         self.n_queries = 0
 
@@ -578,12 +586,15 @@ class RemoteCounts:
         self.n_queries += 1
         t = np.asarray(t, dtype=float)
         t = t if self.columns else np.atleast_1d(t)
+
+        def counts_of(rep):
+            c = np.asarray(arrays_of(rep.content["counts"])["c"])
+            if c.shape != t.shape or c.dtype.kind not in "iu" or (c < 0).any():
+                raise ValueError(f"counts of shape {c.shape} and type {c.dtype}, not {t.shape}")
+            return c
+
         reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg)
-        counts = [np.asarray(arrays_of(r.content["counts"])["c"]) for r in reps]
-        for c in counts:
-            if c.shape != t.shape:
-                raise RuntimeError(f"a gateway sent counts of shape {c.shape}, not {t.shape}")
-        return sum(counts)
+        return sum(self.records.parse(reps, counts_of))
 
     def le(self, t) -> np.ndarray:
         return self._counts("le", t)
@@ -606,7 +617,7 @@ class RemoteRecords:
         self.labels = list(gw.order)
 
     def ask(self, op: str, kind: str, std: dict | None, params: dict | None, T=None, **cfg):
-        """One ``query.trim`` exchange; the replies in gateway order."""
+        """One ``query.trim`` exchange; ``(label, reply)`` in gateway order."""
         gw = self.gw
         if len(self.labels) < self.min_clients:
             raise RuntimeError(
@@ -631,7 +642,20 @@ class RemoteRecords:
         _add_bytes(gw, "trim", s_b, r_b)
         if failed:
             raise RuntimeError(f"record trimming needs every gateway's answer{_why(gw)}")
-        return [replies[gw.node_of[lab]] for lab in self.labels]
+        return [(lab, replies[gw.node_of[lab]]) for lab in self.labels]
+
+    def parse(self, replies, read) -> list:
+        """``read(reply)`` of each ``(label, reply)``; a malformed reply ends the run with
+        one line naming its gateway."""
+        out = []
+        for lab, rep in replies:
+            try:
+                out.append(read(rep))
+            except (KeyError, ValueError, TypeError) as exc:
+                raise RuntimeError(
+                    f"gateway {lab} sent a malformed record-trimming reply: {exc}"
+                ) from None
+        return out
 
     def counts(self, kind, mean, scale, params):
         return RemoteCounts(self, kind, {"mean": mean, "scale": scale}, params)
@@ -639,27 +663,33 @@ class RemoteRecords:
     def cut(self, kind, mean, scale, params, cut, min_rows):
         std = {"mean": mean, "scale": scale}
         reps = self.ask("cut", kind, std, params, cut=float(cut), **{"min-rows": int(min_rows)})
-        kept = [r.content["kept"] for r in reps]
-        n_kept = int(sum(int(k["n-kept"]) for k in kept))
-        return (
-            n_kept,
-            float(sum(float(k["kept-sum"]) for k in kept)),
-            any(k["changed"] for k in kept),
-        )
+
+        def kept_of(rep):
+            k = rep.content["kept"]
+            return int(k["n-kept"]), float(k["kept-sum"]), bool(k["changed"])
+
+        kept = self.parse(reps, kept_of)
+        n_kept = int(sum(k[0] for k in kept))
+        return n_kept, float(sum(k[1] for k in kept)), any(k[2] for k in kept)
 
     def kept_moments(self):
-        return [_moments_of(r) for r in self.ask("moments", "", None, None)]
+        return self.parse(self.ask("moments", "", None, None), _moments_of)
 
     def ppca_sums(self, mean, scale, V):
-        reps = self.ask("ppca-sums", "", {"mean": mean, "scale": scale}, {"V": V})
-        return add_ppca_sums(
-            (
-                int(r.content["count"]["count"]),
-                np.asarray(arrays_of(r.content["sums"])["sum_t2"], dtype=float),
-                float(r.content["count"]["sum-res"]),
+        r = V.shape[1]
+
+        def sums_of(rep):
+            sum_t2 = np.asarray(arrays_of(rep.content["sums"])["sum_t2"], dtype=float)
+            if sum_t2.shape != (r,):
+                raise ValueError(f"sum_t2 of shape {sum_t2.shape}, not ({r},)")
+            return (
+                int(rep.content["count"]["count"]),
+                sum_t2,
+                float(rep.content["count"]["sum-res"]),
             )
-            for r in reps
-        )
+
+        reps = self.ask("ppca-sums", "", {"mean": mean, "scale": scale}, {"V": V})
+        return add_ppca_sums(self.parse(reps, sums_of))
 
 
 def finalize_gateways(grid, gw: Gateways, clients: RemoteClients, res, timeout) -> list[str]:
