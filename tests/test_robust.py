@@ -6,6 +6,7 @@ from sklearn.metrics import roc_auc_score
 
 from fedep import FedEP, FedPG, PooledPCA
 from fedep.core.stiefel import projector_distance
+from fedep.core.trimming import LocalRecords, median_start
 from fedep.data import make_federated_data
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -127,7 +128,9 @@ def test_median_start_standardises_with_the_start_set():
     X, is_attack, groups, _ = _clustered_attacks(0.2, n_shifted=10)
     e = PooledPCA(3, trim_steps=1, trim_share=0.25, trim_start="median").fit(X, groups=groups)
     # The start half holds no attack record: its moments are the normal rows'.
-    start = PooledPCA(3)._median_start([X], X.mean(0), X.std(0))[0]
+    records = LocalRecords([X])
+    median_start(records, X.mean(0), X.std(0), 3)
+    start = records.keep[0]
     assert not start[is_attack].any() and start.sum() == len(X) - len(X) // 2
     np.testing.assert_allclose(e.scale_, X[start].std(0))
     # and the attacks inflate the plain standard deviation of the shifted features

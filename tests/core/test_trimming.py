@@ -15,6 +15,7 @@ from fedep.core.trimming import (
     log_scores,
     median_distance,
     order_statistic,
+    order_statistics,
     ppca_distance,
     ppca_objective,
     selection_step,
@@ -42,6 +43,26 @@ def test_order_statistic_from_counts_is_exact(seed):
         t = order_statistic(c.le, k, c.lo, c.hi)
         assert np.count_nonzero(allv <= t) == k
         assert allv[k - 1] <= t < (allv[k] if k < allv.size else np.inf)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_column_searches_in_lockstep_give_each_column_its_own_cut(seed):
+    # One search over every feature (one count query per step for all of them) is
+    # what a Flower server runs for the coordinate-wise median: each column's cut is
+    # the one its search alone gives, ties and a constant column included.
+    rng = np.random.default_rng(seed)
+    blocks = [rng.standard_normal((rng.integers(2, 40), 5)) for _ in range(4)]
+    blocks[0][:, 1] = 0.0
+    for b in blocks:
+        b[:, 3] = 2.5
+    c = ScoreCounts(blocks)
+    X = np.vstack(blocks)
+    ks = np.array([1, X.shape[0] // 2, X.shape[0], 3, (X.shape[0] + 1) // 2])
+    got = order_statistics(c.le, ks, c.lo, c.hi)
+    for f in range(X.shape[1]):
+        one = ScoreCounts([b[:, f] for b in blocks])
+        assert got[f] == order_statistic(one.le, int(ks[f]), one.lo, one.hi)
+        assert np.count_nonzero(X[:, f] <= got[f]) >= ks[f]
 
 
 def test_estimate_contamination_counts_match_pooled_rule():

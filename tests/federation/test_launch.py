@@ -138,6 +138,7 @@ def test_bad_arguments_one_line_exit_2_fast(tmp_path, args, says):
         (["--n-components", "-1"], "'n_components' parameter of FedEP"),
         (["--method", "pca"], "invalid choice: 'pca'"),
         (["--rounds", "3"], "unrecognized arguments: --rounds"),  # one spelling: --n-rounds
+        (["--trim-share", "0.7"], "'trim_share' parameter of FedEP"),
     ],
 )
 def test_bad_estimator_arguments_one_line_exit_2(tmp_path, extra, says):
@@ -161,6 +162,16 @@ def test_parse_passes_estimator_options_as_run_config_keys(tmp_path):
     nodes = launch._node_configs(a)
     assert [n["data-path"] for n in nodes] == [str(c) for c in csvs]
     assert all(Path(n["model-path"]).is_absolute() for n in nodes)
+
+
+def test_parse_passes_trimming_options_as_run_config_keys(tmp_path):
+    # Record trimming runs over Flower: its options reach the run config like any other.
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    opts = "--trim-steps 2 --trim-start median --trim-share 0.2 --contamination auto".split()
+    a = launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--out", str(tmp_path), *opts])
+    rc = launch._run_config(a, a.table)
+    keys = ("trim-steps", "trim-start", "trim-share", "contamination")
+    assert [rc[k] for k in keys] == [2, "median", 0.2, "auto"]
 
 
 def test_data_dir_resolved_absolute_from_a_fresh_checkout(tmp_path, monkeypatch):

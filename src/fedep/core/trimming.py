@@ -48,6 +48,13 @@ gateway. With a federated fit in step 1 (FedEP, FedPG) the fit step is the feder
 estimate of PCA rather than exact PCA, so the descent property is exact for pooled PCA
 and approximate for the federations; the kept-set fixed point stops both.
 
+The loop is :func:`concentration_steps`, written once against :class:`TrimRecords`
+(the gateways' answers: counts, sums, kept moments): the in-process ``fit`` drives it
+over :class:`LocalRecords`, a Flower server over messages to the gateways
+(``fedep.federation.flower.server_app.RemoteRecords``), with the same results. The
+per-feature medians of the robust start are searched in lockstep
+(:func:`order_statistics`: one count query for every feature per step).
+
 **Robust start** (:func:`coordinate_median`, :func:`median_distance`). Starting the
 C-steps from every record fails when attacks are many and clustered: a tight cluster
 holding 10-20% of the records takes one of the ``r`` directions and, being tight, has
@@ -92,7 +99,17 @@ records whose log-score lies above ``median + k * 1.4826 * MAD`` of the log-scor
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
+
+from fedep.core.scoring import residual_energy
+from fedep.core.stats import (
+    Moments,
+    client_moments,
+    combine_moments,
+    standardization_from_moments,
+)
 
 __all__ = [
     "ScoreCounts",
@@ -109,6 +126,19 @@ __all__ = [
     "coordinate_median",
     "median_distance",
     "keep_at_or_below",
+    "keep_mask",
+    "order_statistics",
+    "RECORD_VALUES",
+    "record_values",
+    "counted_values",
+    "ppca_sums",
+    "add_ppca_sums",
+    "TrimRecords",
+    "LocalRecords",
+    "trim_share",
+    "median_start",
+    "selection",
+    "concentration_steps",
 ]
 
 #: Robust z-score above which a record counts as contamination (chosen on synthetic
@@ -125,43 +155,122 @@ def log_scores(scores: np.ndarray) -> np.ndarray:
 
 
 class ScoreCounts:
-    """The only questions the server asks gateways about their scores: counts.
+    """The only questions the server asks gateways about their values: counts.
 
     Parameters
     ----------
     values : list of ndarray
-        One 1-D array of (log-)scores per gateway; stays with the gateway.
+        Per gateway, either one 1-D array of (log-)scores (N_i,) or a matrix
+        (N_i, m) of ``m`` columns searched apart (the coordinate-wise median); stays
+        with the gateway.
 
     Attributes
     ----------
     n : int
         Total number of records (each gateway sends its count).
-    lo, hi : float
+    lo, hi : float, or ndarray of shape (m,) for columns
         Smallest and largest value (each gateway sends its min and max).
     """
 
     def __init__(self, values: list[np.ndarray]):
-        self._values = [np.sort(np.asarray(v, dtype=float).ravel()) for v in values]
-        nonempty = [v for v in self._values if v.size]
-        self.n = int(sum(v.size for v in self._values))
-        self.lo = float(min(v[0] for v in nonempty)) if nonempty else 0.0
-        self.hi = float(max(v[-1] for v in nonempty)) if nonempty else 0.0
+        vals = [np.asarray(v, dtype=float) for v in values]
+        self.columns = bool(vals) and all(v.ndim == 2 for v in vals)
+        self._values = [np.sort(v if self.columns else v.ravel(), axis=0) for v in vals]
+        nonempty = [v for v in self._values if v.shape[0]]
+        self.n = int(sum(v.shape[0] for v in self._values))
+        if self.columns:
+            self.lo = np.min([v[0] for v in nonempty], axis=0) if nonempty else np.zeros(0)
+            self.hi = np.max([v[-1] for v in nonempty], axis=0) if nonempty else np.zeros(0)
+        else:
+            self.lo = float(min(v[0] for v in nonempty)) if nonempty else 0.0
+            self.hi = float(max(v[-1] for v in nonempty)) if nonempty else 0.0
         self.n_queries = 0
 
     def le(self, t) -> np.ndarray:
-        """Total count of values ``<= t`` for each candidate cut ``t`` (summed over gateways)."""
-        t = np.atleast_1d(np.asarray(t, dtype=float))
+        """Total count of values ``<= t`` for each candidate cut (summed over gateways).
+
+        ``t`` is 1-D for 1-D values; for columns it is (m, c), row ``j`` the cuts of
+        column ``j``, and the counts are (m, c).
+        """
+        t = np.asarray(t, dtype=float)
         self.n_queries += 1
-        return sum(np.searchsorted(v, t, side="right") for v in self._values)
+        if not self.columns:
+            t = np.atleast_1d(t)
+            return sum(np.searchsorted(v, t, side="right") for v in self._values)
+        return sum(
+            np.stack([np.searchsorted(v[:, j], t[j], side="right") for j in range(t.shape[0])])
+            for v in self._values
+        )
 
     def abs_le(self, t, center: float) -> np.ndarray:
-        """Total count of values with ``|v - center| <= t`` for each candidate ``t``."""
+        """Total count of values with ``|v - center| <= t`` for each candidate ``t`` (1-D)."""
         t = np.atleast_1d(np.asarray(t, dtype=float))
         self.n_queries += 1
         return sum(
             np.searchsorted(v, center + t, side="right") - np.searchsorted(v, center - t)
             for v in self._values
         )
+
+
+def order_statistics(count_le, k, lo, hi, *, n_candidates=64, max_queries=40) -> np.ndarray:
+    """The ``k``-th smallest value (1-based) of each of ``m`` columns held apart, from
+    counts only: ``m`` bracket searches in lockstep, one count query for all per step.
+
+    Parameters
+    ----------
+    count_le : callable
+        ``count_le(T)`` with ``T`` of shape (m, c) -> total counts of values ``<=
+        T[j, l]`` in column ``j``, shape (m, c).
+    k : int or ndarray of int, shape (m,)
+        ``1 <= k <= n`` (``k <= 0`` gives ``-inf``).
+    lo, hi : float or ndarray of shape (m,)
+        Each column's smallest and largest value.
+    n_candidates : int
+        Candidate cuts per column and query.
+
+    Returns
+    -------
+    ndarray of shape (m,)
+        Per column, a cut ``t`` with ``count_le(t) >= k`` and no value in ``(s_(k-1),
+        t)`` other than ``s_(k)``: ``t`` keeps exactly ``k`` values unless ties at
+        ``s_(k)`` force more. It is ``s_(k)`` itself or lies between ``s_(k)`` and
+        ``s_(k+1)``. Each column's cut is the one its search alone would give.
+    """
+    lo = np.array(lo, dtype=float).reshape(-1)
+    hi = np.array(hi, dtype=float).reshape(-1)
+    m = lo.size
+    k = np.broadcast_to(np.asarray(k), (m,))
+    out = np.full(m, -np.inf)
+    active = k > 0
+    if active.any():
+        start = active & (count_le(lo[:, None])[:, 0] >= k)
+        out[start] = lo[start]
+        active &= ~start
+    # Invariant (active columns): count_le(lo) < k <= count_le(hi).
+    for _ in range(max_queries):
+        for j in np.flatnonzero(active):
+            if np.nextafter(lo[j], np.inf) >= hi[j]:
+                out[j], active[j] = hi[j], False
+        if not active.any():
+            break
+        T = np.repeat(hi[:, None], n_candidates, axis=1)  # settled columns: any cut
+        for j in np.flatnonzero(active):
+            T[j] = np.linspace(lo[j], hi[j], n_candidates + 2)[1:-1]
+        C = count_le(T)
+        for j in np.flatnonzero(active):
+            t, c = T[j], C[j]
+            exact = np.flatnonzero(c == k[j])
+            if exact.size:
+                out[j], active[j] = t[exact[0]], False
+                continue
+            above = np.flatnonzero(c >= k[j])
+            below = np.flatnonzero(c < k[j])
+            if above.size:
+                hi[j] = t[above[0]]
+            if below.size:
+                lo[j] = t[below[-1]]
+    out[active] = hi[active]
+    return out
 
 
 def order_statistic(count_le, k: int, lo: float, hi: float, *, n_candidates=64, max_queries=40):
@@ -183,29 +292,18 @@ def order_statistic(count_le, k: int, lo: float, hi: float, *, n_candidates=64, 
     float
         A cut ``t`` with ``count_le(t) >= k`` and no value in ``(s_(k-1), t)`` other
         than ``s_(k)``: ``t`` keeps exactly ``k`` values unless ties at ``s_(k)``
-        force more. It is ``s_(k)`` itself or lies between ``s_(k)`` and ``s_(k+1)``.
+        force more. It is ``s_(k)`` itself or lies between ``s_(k)`` and ``s_(k+1)``
+        (:func:`order_statistics` with one column).
     """
-    if k <= 0:
-        return -np.inf
-    lo, hi = float(lo), float(hi)
-    if count_le(lo)[0] >= k:
-        return lo
-    # Invariant: count_le(lo) < k <= count_le(hi).
-    for _ in range(max_queries):
-        if np.nextafter(lo, np.inf) >= hi:
-            break
-        t = np.linspace(lo, hi, n_candidates + 2)[1:-1]
-        c = count_le(t)
-        exact = np.flatnonzero(c == k)
-        if exact.size:
-            return float(t[exact[0]])
-        above = np.flatnonzero(c >= k)
-        below = np.flatnonzero(c < k)
-        if above.size:
-            hi = float(t[above[0]])
-        if below.size:
-            lo = float(t[below[-1]])
-    return hi
+    out = order_statistics(
+        lambda T: np.asarray(count_le(T[0]))[None],
+        k,
+        lo,
+        hi,
+        n_candidates=n_candidates,
+        max_queries=max_queries,
+    )
+    return float(out[0])
 
 
 def kept_count(n: int, share: float) -> int:
@@ -327,27 +425,25 @@ def trimmed_ppca(X: np.ndarray, r: int, h: int, *, keep=None, max_steps=100):
     return keep, theta, objective
 
 
-def coordinate_median(blocks: list[np.ndarray]) -> np.ndarray:
+def coordinate_median(counts) -> np.ndarray:
     """Coordinate-wise median of rows held apart, from counts only.
 
     Parameters
     ----------
-    blocks : list of ndarray of shape (N_i, n)
-        Each gateway's records (they stay with the gateway).
+    counts : ScoreCounts (columns) or list of ndarray of shape (N_i, n)
+        Count queries over each feature (:class:`ScoreCounts` of the gateways'
+        records, or a remote equivalent); a list of record blocks is wrapped.
 
     Returns
     -------
     ndarray of shape (n,)
         Per feature, a value ``t`` with exactly ``ceil(N/2)`` values ``<= t`` unless
         ties force more: the lower median ``s_(ceil(N/2))`` or a point between it and
-        the next value (:func:`order_statistic` on each feature's counts).
+        the next value (:func:`order_statistics`, every feature in one search).
     """
-    n = blocks[0].shape[1]
-    out = np.empty(n)
-    for f in range(n):
-        counts = ScoreCounts([b[:, f] for b in blocks])
-        out[f] = order_statistic(counts.le, (counts.n + 1) // 2, counts.lo, counts.hi)
-    return out
+    if isinstance(counts, list):
+        counts = ScoreCounts(counts)
+    return order_statistics(counts.le, (counts.n + 1) // 2, counts.lo, counts.hi)
 
 
 def median_distance(X: np.ndarray, median: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -355,12 +451,22 @@ def median_distance(X: np.ndarray, median: np.ndarray, scale: np.ndarray) -> np.
     return (np.abs(X - median) / scale).sum(axis=1)
 
 
+def keep_mask(values: np.ndarray, cut: float, min_rows: int) -> np.ndarray:
+    """One gateway's rows whose value is at or below the global ``cut``, or, when that
+    leaves fewer than ``min_rows``, its ``min_rows`` smallest (so that it can still
+    fit); boolean, shape (N_i,)."""
+    k = values <= cut
+    if k.sum() < min_rows:
+        k = np.zeros_like(k)
+        k[np.argsort(values, kind="stable")[:min_rows]] = True
+    return k
+
+
 def keep_at_or_below(values: list[np.ndarray], h: int, min_rows: int) -> list[np.ndarray]:
     """Each gateway's rows whose value is at or below the global ``h``-th smallest.
 
-    The cut comes from counts only (:func:`order_statistic`); a gateway left with
-    fewer than ``min_rows`` rows keeps its ``min_rows`` smallest instead, so that it
-    can still fit.
+    The cut comes from counts only (:func:`order_statistic`); each gateway applies it
+    (:func:`keep_mask`).
 
     Parameters
     ----------
@@ -375,11 +481,269 @@ def keep_at_or_below(values: list[np.ndarray], h: int, min_rows: int) -> list[np
     """
     counts = ScoreCounts(values)
     cut = order_statistic(counts.le, h, counts.lo, counts.hi)
-    out = []
-    for v in values:
-        k = v <= cut
-        if k.sum() < min_rows:
-            k = np.zeros_like(k)
-            k[np.argsort(v, kind="stable")[:min_rows]] = True
-        out.append(k)
-    return out
+    return [keep_mask(v, cut, min_rows) for v in values]
+
+
+# ---------------------------------------------------------------- the federated loop
+#: What a gateway computes of each of its records for the trimming queries, given the
+#: standardisation and the parameters the server sends (:func:`record_values`):
+#: ``coords`` the standardised record (n,), ``median`` its L1 distance to ``median``,
+#: ``residual`` its residual energy in ``V``, ``ppca`` its PPCA distance
+#: ``(V, lam, sigma2)``.
+RECORD_VALUES = ("coords", "median", "residual", "ppca")
+_LOGGED = ("residual", "ppca")  # counted as logarithms: right-skewed
+
+
+def record_values(kind: str, Z: np.ndarray, params: dict) -> np.ndarray:
+    """One gateway's values of ``kind`` (:data:`RECORD_VALUES`) for its standardised
+    records ``Z`` (N_i, n): (N_i, n) for ``coords``, else (N_i,)."""
+    if kind == "coords":
+        return Z
+    if kind == "median":
+        return median_distance(Z, params["median"], 1.0)
+    V = params["V"]
+    res = residual_energy(Z, V)
+    if kind == "residual":
+        return res
+    if kind == "ppca":
+        T = Z @ V
+        sigma2 = float(np.reshape(params["sigma2"], -1)[0])  # a float, or (1,) off the wire
+        return (T**2 / params["lam"]).sum(axis=1) + res / sigma2
+    raise ValueError(f"unknown record values {kind!r}; expected one of {RECORD_VALUES}")
+
+
+def counted_values(kind: str, values: np.ndarray) -> np.ndarray:
+    """What the count queries see of ``values``: log-scores for the right-skewed
+    kinds (the same order), the values themselves otherwise."""
+    return log_scores(values) if kind in _LOGGED else values
+
+
+def ppca_sums(Z: np.ndarray, V: np.ndarray, keep: np.ndarray | None):
+    """One gateway's sums for the PPCA variances (:func:`ppca_from_sums`): its kept
+    count, ``sum_j t_jk^2`` (r,) and ``sum_j ||residual_j||^2`` over its kept rows."""
+    if keep is not None:
+        Z = Z[keep]
+    T = Z @ V
+    return int(Z.shape[0]), (T**2).sum(axis=0), float(residual_energy(Z, V).sum())
+
+
+class TrimRecords(Protocol):
+    """The gateways as the trimming loop sees them: their records stay with them.
+
+    Every method takes the standardisation ``mean``, ``scale`` (n,) the gateways
+    apply to their records, and ``params`` for :func:`record_values`. In-process:
+    :class:`LocalRecords`; over Flower, messages to the gateways
+    (``fedep.federation.flower.server_app.RemoteRecords``).
+    """
+
+    def counts(self, kind: str, mean, scale, params: dict):
+        """Count queries (``n``, ``lo``, ``hi``, ``le``, ``abs_le`` of
+        :class:`ScoreCounts`) over the counted values of ``kind`` of every record."""
+
+    def cut(self, kind: str, mean, scale, params: dict, cut: float, min_rows: int):
+        """Each gateway keeps its records whose counted value is at or below ``cut``
+        (:func:`keep_mask`); returns ``(n_kept, kept_sum, changed)``: the records kept,
+        the sum of their values, and whether any gateway's kept set changed."""
+
+    def kept_moments(self) -> list[Moments]:
+        """Each gateway's moments of its kept records (unstandardised)."""
+
+    def ppca_sums(self, mean, scale, V):
+        """The gateways' :func:`ppca_sums`, summed in gateway order."""
+
+
+class LocalRecords:
+    """:class:`TrimRecords` over blocks held in this process (``fit``).
+
+    Parameters
+    ----------
+    blocks : list of ndarray of shape (N_i, n)
+        The gateways' records, unstandardised.
+
+    Attributes
+    ----------
+    keep : list of ndarray of bool, shape (N_i,), or None
+        The kept records (None: every record).
+    """
+
+    def __init__(self, blocks: list[np.ndarray]):
+        self.blocks = blocks
+        self.keep: list[np.ndarray] | None = None
+        self._std = None
+
+    def standardized(self, mean, scale) -> list[np.ndarray]:
+        """The blocks standardised by ``(mean, scale)`` (kept for the next call)."""
+        if self._std is not None and all(
+            np.array_equal(a, b) for a, b in zip(self._std[:2], (mean, scale), strict=True)
+        ):
+            return self._std[2]
+        if not (np.any(mean) or np.any(scale != 1.0)):
+            Z = self.blocks  # (b - 0) / 1 == b: no standardised copy of the records
+        else:
+            Z = [(b - mean) / scale for b in self.blocks]
+        self._std = (np.array(mean), np.array(scale), Z)
+        return Z
+
+    def kept(self, Z: list[np.ndarray]) -> list[np.ndarray]:
+        """The kept rows of each block of ``Z``."""
+        return Z if self.keep is None else [z[k] for z, k in zip(Z, self.keep, strict=True)]
+
+    def counts(self, kind, mean, scale, params):
+        Z = self.standardized(mean, scale)
+        return ScoreCounts([counted_values(kind, record_values(kind, z, params)) for z in Z])
+
+    def cut(self, kind, mean, scale, params, cut, min_rows):
+        values = [record_values(kind, z, params) for z in self.standardized(mean, scale)]
+        new = [keep_mask(counted_values(kind, v), cut, min_rows) for v in values]
+        old = self.keep
+        changed = old is None or not all(map(np.array_equal, new, old))
+        self.keep = new
+        kept = np.concatenate([v[k] for v, k in zip(values, new, strict=True)])
+        return int(kept.size), float(kept.sum()), changed
+
+    def kept_moments(self):
+        return [client_moments(b) for b in self.kept(self.blocks)]
+
+    def ppca_sums(self, mean, scale, V):
+        Z = self.standardized(mean, scale)
+        keep = self.keep or [None] * len(Z)
+        return add_ppca_sums(ppca_sums(z, V, k) for z, k in zip(Z, keep, strict=True))
+
+
+def add_ppca_sums(parts):
+    """The gateways' :func:`ppca_sums`, summed in order (the in-process sums' order)."""
+    count, sum_t2, sum_res = 0, 0, 0
+    for c, t2, res in parts:
+        count, sum_t2, sum_res = count + c, sum_t2 + t2, sum_res + res
+    return count, sum_t2, sum_res
+
+
+def trim_share(records: TrimRecords, mean, scale, V, share, contamination) -> float:
+    """The share trimmed at a selection step: ``share`` (``trim_share``), else
+    ``contamination``, estimated (:func:`estimate_contamination`) for ``"auto"`` from
+    the count queries over the log residual energies in ``V``."""
+    if share is not None:
+        return float(share)
+    if contamination == "auto":
+        return estimate_contamination(records.counts("residual", mean, scale, {"V": V}))
+    return float(contamination)
+
+
+def median_start(records: TrimRecords, mean, scale, min_rows: int) -> None:
+    """The robust start ``K_0``: each gateway keeps its records at or below the global
+    ``ceil(N/2)``-th smallest L1 distance to the coordinate-wise median (both from
+    counts only), in the units ``scale``."""
+    med = coordinate_median(records.counts("coords", mean, scale, {}))
+    params = {"median": med}
+    c = records.counts("median", mean, scale, params)
+    cut = order_statistic(c.le, c.n - c.n // 2, c.lo, c.hi)
+    records.cut("median", mean, scale, params, cut, min_rows)
+
+
+def selection(records: TrimRecords, mean, scale, V, share, contamination, min_rows: int):
+    """The C-step's selection from sums and counts only (see the module docstring).
+
+    Each gateway sends its kept count, per-component sums of squared coordinates in
+    ``V`` (n, r) and its kept residual energy: the server forms the PPCA variances.
+    Each gateway computes the PPCA distance of every record; the share to trim is
+    :func:`trim_share` of ``share`` and ``contamination``; the server finds from counts
+    of log-distances the cut keeping ``h = N - round(share N)`` records; each gateway
+    keeps its records at or below it, and at least ``min_rows`` of its own.
+
+    Returns
+    -------
+    record : dict
+        ``share`` trimmed, ``n_kept`` and ``objective`` (the trimmed PPCA objective
+        ``L(K_new, theta)`` at this fit).
+    changed : bool
+        Whether any gateway's kept set changed.
+    """
+    lam, sigma2 = ppca_from_sums(*records.ppca_sums(mean, scale, V), V.shape[0])
+    share = trim_share(records, mean, scale, V, share, contamination)
+    params = {"V": V, "lam": lam, "sigma2": sigma2}
+    c = records.counts("ppca", mean, scale, params)
+    cut = order_statistic(c.le, kept_count(c.n, share), c.lo, c.hi)
+    n_kept, kept_sum, changed = records.cut("ppca", mean, scale, params, cut, min_rows)
+    logdet = float(np.log(lam).sum() + (V.shape[0] - V.shape[1]) * np.log(sigma2))
+    record = {"share": share, "n_kept": n_kept, "objective": float(kept_sum + n_kept * logdet)}
+    return record, changed
+
+
+def concentration_steps(
+    records: TrimRecords,
+    fit,
+    mean,
+    scale,
+    *,
+    steps: int,
+    start: str,
+    share,
+    contamination,
+    min_rows: int,
+    relocate: bool,
+    rescale: bool,
+):
+    """The federated trimming loop, in-process or over Flower (the one driver).
+
+    Parameters
+    ----------
+    records : TrimRecords
+    fit : callable
+        ``fit(mean, scale, V)`` fits the model on the kept records standardised by
+        ``(mean, scale)``, warm-started at ``V`` (None: the first fit); returns the
+        consensus ``V`` (n, r, orthonormal) and whatever the caller needs of the fit.
+    mean, scale : ndarray of shape (n,)
+        The standardisation of every record.
+    steps : int
+        ``trim_steps``; 0 is the one untrimmed fit.
+    start : {"all", "median"}
+    share, contamination
+        ``trim_share`` and ``contamination``: the share trimmed at a step
+        (:func:`trim_share`).
+    min_rows : int
+        Records each gateway keeps at least.
+    relocate : bool
+        Refit the mean on each kept set (False when a feature pipeline centres).
+    rescale : bool
+        With ``start="median"`` and ``relocate``: take the scale from the start set.
+
+    Returns
+    -------
+    mean, scale : ndarray of shape (n,)
+        The final standardisation.
+    V, fitted
+        What the last ``fit`` returned.
+    history : list of dict
+        One record per selection step (:func:`selection`).
+    """
+    history: list[dict] = []
+    kept = False
+    if steps and start == "median":
+        median_start(records, mean, scale, min_rows)
+        kept = True
+        if relocate:
+            # Standardise with the moments of the start set: attacks inflate the
+            # standard deviations (most of all of features constant in normal
+            # traffic) before any PCA is fitted. Fixed from here on.
+            mean, start_scale, _ = standardization_from_moments(
+                combine_moments(records.kept_moments())
+            )
+            if rescale:
+                scale = start_scale
+    V = fitted = None
+    for step in range(steps + 1):
+        if kept and relocate:
+            # The location is fitted on the kept records (part of the trimmed
+            # objective); the units (scale) stay fixed (those of every record, or of
+            # the robust start set), so that the objective of successive steps is
+            # comparable and the C-steps descend.
+            mean = combine_moments(records.kept_moments()).mean
+        V, fitted = fit(mean, scale, V)
+        if step == steps:
+            break
+        record, changed = selection(records, mean, scale, V, share, contamination, min_rows)
+        history.append(record)
+        if kept and not changed:
+            break
+        kept = True
+    return mean, scale, V, fitted, history

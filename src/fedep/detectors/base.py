@@ -24,14 +24,11 @@ from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import random_stiefel
 from fedep.core.trimming import (
+    LocalRecords,
     ScoreCounts,
-    coordinate_median,
+    concentration_steps,
     estimate_contamination,
-    keep_at_or_below,
-    kept_count,
     log_scores,
-    median_distance,
-    ppca_from_sums,
 )
 from fedep.features import FeaturePipeline
 from fedep.params import validate_params
@@ -181,47 +178,19 @@ class BaseFederatedDetector(BaseEstimator):
         labels, blocks, order = self._split_clients(X, groups)
         del X  # the blocks hold the rows (views of X where they can): one copy, not two
         t0 = time.perf_counter()
-        keep, V = None, None
-        self.trim_history_ = []
         mean, scale, constant = self._standardization(blocks, pipe)
         # One client's standardised block at a time: no standardised copy of all records.
         self.n_components_, reason = self._choose_rank((b - mean) / scale for b in blocks)
-        located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
-        if self.trim_steps and self.trim_start == "median":
-            keep = self._median_start(blocks, mean, scale)
-            if not located:
-                # Standardise with the moments of the start set: attacks inflate the
-                # standard deviations (most of all of features constant in normal
-                # traffic) before any PCA is fitted. Fixed from here on.
-                kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
-                pooled = combine_moments(client_moments(b) for b in kept)
-                mean, start_scale, _ = standardization_from_moments(pooled)
-                if self.standardize:
-                    scale = start_scale
-        for step in range(self.trim_steps + 1):
-            if keep is not None and not located:
-                # The location is fitted on the kept records (part of the trimmed
-                # objective); the units (scale) stay fixed (those of every record, or of
-                # the robust start set), so that the objective of successive steps is
-                # comparable and the C-steps descend.
-                kept = [b[k] for b, k in zip(blocks, keep, strict=True)]
-                mean = combine_moments(client_moments(b) for b in kept).mean
-            if not (mean.any() or (scale != 1.0).any()):
-                Z = blocks  # (b - 0) / 1 == b: no standardised copy of the records
-            else:
-                Z = [(b - mean) / scale for b in blocks]
+        records = LocalRecords(blocks)
+
+        def fit_kept(mean, scale, V):
+            Z = records.standardized(mean, scale)
             # Set before the rounds, so that a callback can score with them.
             self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
-            Zk = Z if keep is None else [z[k] for z, k in zip(Z, keep, strict=True)]
-            V, Wc = self._fit_clients(Zk, rng, V)
-            if step == self.trim_steps:
-                break
-            new_keep, record = self._selection_step(Z, V, keep)
-            self.trim_history_.append(record)
-            if keep is not None and all(map(np.array_equal, new_keep, keep)):
-                break
-            keep = new_keep
-        self.n_trim_steps_ = len(self.trim_history_)
+            V, Wc = self._fit_clients(records.kept(Z), rng, V)
+            return V, (Wc, Z)
+
+        mean, scale, V, (Wc, Z) = self._trimmed_fit(records, fit_kept, mean, scale, pipe)
         self.fit_time_ = time.perf_counter() - t0
         self._set_fitted(
             components=V.T,
@@ -317,74 +286,46 @@ class BaseFederatedDetector(BaseEstimator):
             scale = np.ones_like(scale)
         return mean, scale, constant
 
-    def _median_start(self, blocks, mean, scale):
-        """The robust start ``K_0`` of the C-steps (:mod:`fedep.core.trimming`).
+    def _trimmed_fit(self, records, fit, mean, scale, pipe=None):
+        """``fit`` on every record, or record trimming by concentration steps
+        (``trim_steps``; :func:`fedep.core.trimming.concentration_steps`, the one loop
+        of the in-process ``fit`` and of a Flower server).
 
-        The server finds each feature's median from counts; each client computes the
-        L1 distance of its records to it in units of ``scale`` and keeps those at or
-        below the global ``ceil(N/2)``-th smallest distance (found from counts).
-
-        Returns
-        -------
-        list of ndarray of bool
-            Kept rows per client.
-        """
-        Z = [(b - mean) / scale for b in blocks]
-        med = coordinate_median(Z)
-        dist = [median_distance(z, med, 1.0) for z in Z]
-        n = sum(d.shape[0] for d in dist)
-        return keep_at_or_below(dist, n - n // 2, max(self._rank(), 2))
-
-    def _selection_step(self, blocks, V, keep):
-        """The C-step's selection (:mod:`fedep.core.trimming`), from sums and counts only.
-
-        ``blocks`` are the clients' records standardised and centred at the kept mean;
-        ``keep`` (None: all) the rows the fit used. Each client sends its kept count,
-        per-component sums of squared coordinates in ``V`` and its kept residual
-        energy: the server forms the PPCA variances. Each client computes the PPCA
-        distance of every record; the server estimates the contamination share
-        (``"auto"``) and finds, from counts of distances, the cut keeping ``h = N -
-        round(share N)`` records; each client keeps its records at or below the cut,
-        and at least ``max(n_components, 2)`` of its own (its lowest distances), so
-        that it can still fit.
+        Parameters
+        ----------
+        records : TrimRecords
+            The gateways' records (:class:`~fedep.core.trimming.LocalRecords`
+            in-process).
+        fit : callable
+            ``fit(mean, scale, V)`` -> ``(V, fitted)`` on the kept records.
+        mean, scale : ndarray of shape (n_features,)
+            The standardisation of every record.
+        pipe : FeaturePipeline or None
+            A pipeline that scales centres the records itself: the mean is not refitted.
 
         Returns
         -------
-        keep : list of ndarray of bool
-            Kept rows per client.
-        record : dict
-            ``share`` trimmed, ``n_kept`` and ``objective`` (the trimmed PPCA
-            objective ``L(K_new, theta)`` at this fit).
+        mean, scale, V, fitted
+            The final standardisation and what the last ``fit`` returned; sets
+            ``trim_history_`` and ``n_trim_steps_``.
         """
-        if keep is None:
-            keep = [np.ones(b.shape[0], dtype=bool) for b in blocks]
-        T = [b @ V for b in blocks]
-        res = [residual_energy(b, V) for b in blocks]
-        lam, sigma2 = ppca_from_sums(
-            sum(int(k.sum()) for k in keep),
-            sum((t[k] ** 2).sum(axis=0) for t, k in zip(T, keep, strict=True)),
-            sum(float(e[k].sum()) for e, k in zip(res, keep, strict=True)),
-            V.shape[0],
+        located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
+        mean, scale, V, fitted, history = concentration_steps(
+            records,
+            fit,
+            mean,
+            scale,
+            steps=int(self.trim_steps),
+            start=self.trim_start,
+            share=self.trim_share,
+            contamination=self.contamination,
+            min_rows=max(self._rank(), 2),
+            relocate=not located,
+            rescale=bool(self.standardize),
         )
-        dist = [(t**2 / lam).sum(axis=1) + e / sigma2 for t, e in zip(T, res, strict=True)]
-        n_total = sum(x.shape[0] for x in dist)
-        if self.trim_share is not None:
-            share = float(self.trim_share)
-        elif self.contamination == "auto":
-            share = estimate_contamination(ScoreCounts([log_scores(e) for e in res]))
-        else:
-            share = float(self.contamination)
-        h = kept_count(n_total, share)
-        # Log-distances: the same order, and far less skewed for the count search.
-        new = keep_at_or_below([log_scores(x) for x in dist], h, max(self._rank(), 2))
-        kept = np.concatenate([x[k] for x, k in zip(dist, new, strict=True)])
-        logdet = float(np.log(lam).sum() + (V.shape[0] - V.shape[1]) * np.log(sigma2))
-        record = {
-            "share": share,
-            "n_kept": int(kept.size),
-            "objective": float(kept.sum() + kept.size * logdet),
-        }
-        return new, record
+        self.trim_history_ = history
+        self.n_trim_steps_ = len(history)
+        return mean, scale, V, fitted
 
     # ------------------------------------------------------------------ fitted state
     def _set_fitted(

@@ -173,7 +173,8 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         refits. Records are ranked by their distance under the probabilistic PCA of
         the kept records (in-subspace and residual parts): trimmed PPCA, robust to
         whole anomalous records such as attacks in unlabelled training traffic (see
-        :mod:`fedep.core.trimming`). Scores stay the residual energy.
+        :mod:`fedep.core.trimming`). Scores stay the residual energy. The same loop
+        runs over Flower (run-config ``trim-steps``), with the same result.
     trim_share : float in (0, 0.5) or None, default=None
         Share of records trimmed at each concentration step (None: the
         ``contamination`` share, estimated for ``"auto"``). Trimming more than the

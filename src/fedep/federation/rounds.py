@@ -102,6 +102,9 @@ class FederationResult:
         fitted one (Flower, gateways holding raw tables).
     rank_reason : str or None
         How the rank was chosen (``rank_reason_`` of the estimators; Flower).
+    trim_history : list of dict
+        One record per concentration step of record trimming (``trim_history_`` of
+        the estimators; Flower); the other fields are those of the last fit.
     """
 
     V: np.ndarray
@@ -117,6 +120,7 @@ class FederationResult:
     failed: dict = field(default_factory=dict)
     features: dict | None = None
     rank_reason: str | None = None
+    trim_history: list[dict] = field(default_factory=list)
 
     _ARRAYS = ("V", "components", "mean", "scale")
 

@@ -53,6 +53,7 @@ _DATA = "fedep.data"  # raw records (local only)
 _STD = "fedep.std"  # mean, scale, constant
 _COHORT = "fedep.cohort"  # the cohort's state_arrays()
 _META = "fedep.meta"  # label, feature names, pipeline, method, parameters, cohort spec
+_KEEP = "fedep.keep"  # the records kept by record trimming (local only; absent: all)
 
 
 def _meta(context: Context) -> dict:
@@ -77,6 +78,18 @@ def _block(context: Context) -> np.ndarray:
     return (X - std["mean"]) / std["scale"]
 
 
+def _keep(context: Context) -> np.ndarray | None:
+    """The records record trimming keeps (None: every record)."""
+    rec = context.state.array_records.get(_KEEP)
+    return None if rec is None else arrays_of(rec)["keep"].astype(bool)
+
+
+def _kept_block(context: Context) -> np.ndarray:
+    """The standardised records the model is fitted on: the kept ones."""
+    Z, keep = _block(context), _keep(context)
+    return Z if keep is None else Z[keep]
+
+
 def _estimator(meta: dict):
     """The estimator the server configured, validated by its own rules."""
     from fedep.params import make_estimator
@@ -86,7 +99,7 @@ def _estimator(meta: dict):
 
 def _load_cohort(context: Context, V0: np.ndarray):
     """The gateway's cohort of one, rebuilt from its spec and its checkpointed state."""
-    cohort = make_cohort(_meta(context)["spec"], [_block(context)], V0)
+    cohort = make_cohort(_meta(context)["spec"], [_kept_block(context)], V0)
     if _COHORT in context.state.array_records:
         cohort.load_state(arrays_of(context.state[_COHORT]))
     return cohort
@@ -171,6 +184,8 @@ def moments(msg: Message, context: Context) -> Message:
     """
     feats = _json_of(msg, "features")
     mode = feats.get("mode", "numeric")
+    if _KEEP in context.state.array_records:
+        del context.state[_KEEP]  # a new fit keeps every record until trimming says
     try:
         if mode == "pipeline":
             pipe = _pipeline(feats["pipeline"])
@@ -261,6 +276,84 @@ def gram(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+@app.query("trim")
+@_verified
+def trim(msg: Message, context: Context) -> Message:
+    """Record trimming's questions (:mod:`fedep.core.trimming`): counts and sums only.
+
+    ``trim`` (JSON) names the ``op`` and the ``kind`` of per-record values
+    (:func:`~fedep.core.trimming.record_values`), computed from the records
+    standardised by ``std`` (``mean``, ``scale``) with ``params`` (``V``, ``lam``,
+    ``sigma2``, ``median``). Replies, never a record or a per-record value:
+
+    - ``range``: the count ``n`` and the smallest and largest value (per feature for
+      ``coords``);
+    - ``le`` / ``abs_le``: how many values are ``<=`` each cut of ``query`` ``T``
+      (``|v - center| <=`` for ``abs_le``);
+    - ``cut``: keeps the records whose value is at or below ``cut`` (at least
+      ``min-rows``), stores that set here and replies ``n-kept``, the sum of the kept
+      values and whether the set changed;
+    - ``moments``: the moments of the kept records (unstandardised);
+    - ``ppca-sums``: the kept count, ``sum t_k^2`` (r,) and the kept residual energy
+      in ``V``.
+    """
+    from fedep.core.trimming import (
+        ScoreCounts,
+        counted_values,
+        keep_mask,
+        ppca_sums,
+        record_values,
+    )
+
+    q = _json_of(msg, "trim")
+    op, kind = q["op"], q.get("kind", "")
+    X = arrays_of(context.state[_DATA])["X"]
+    keep = _keep(context)
+    if op == "moments":
+        return _moments_reply(msg, X if keep is None else X[keep], _meta(context)["label"])
+    std = arrays_of(msg.content["std"])
+    Z = (X - std["mean"]) / std["scale"]
+    rec = msg.content.array_records.get("params")
+    params = {} if rec is None else arrays_of(rec)
+    if op == "ppca-sums":
+        count, sum_t2, sum_res = ppca_sums(Z, params["V"], keep)
+        content = RecordDict(
+            {
+                "sums": to_array_record(sum_t2=sum_t2),
+                "count": MetricRecord({"count": count, "sum-res": sum_res}),
+            }
+        )
+        return Message(content, reply_to=msg)
+    values = record_values(kind, Z, params)
+    counted = counted_values(kind, values)
+    if op == "cut":
+        new = keep_mask(counted, float(q["cut"]), int(q["min-rows"]))
+        changed = keep is None or not np.array_equal(new, keep)
+        context.state[_KEEP] = to_array_record(keep=new)
+        stats = {"n-kept": int(new.sum()), "kept-sum": float(values[new].sum())}
+        stats["changed"] = int(changed)
+        return Message(RecordDict({"kept": MetricRecord(stats)}), reply_to=msg)
+    counts = ScoreCounts([counted])
+    if op == "range":
+        content = RecordDict(
+            {
+                "range": to_array_record(lo=np.atleast_1d(counts.lo), hi=np.atleast_1d(counts.hi)),
+                "count": MetricRecord({"count": counts.n}),
+            }
+        )
+        return Message(content, reply_to=msg)
+    T = arrays_of(msg.content["query"])["T"]
+    if op == "le":
+        c = counts.le(T)
+    elif op == "abs_le":
+        c = counts.abs_le(T, float(q["center"]))
+    else:
+        raise ValueError(f"unknown trim op {op!r}")
+    return Message(
+        RecordDict({"counts": to_array_record(c=np.asarray(c, dtype=np.int64))}), reply_to=msg
+    )
+
+
 @app.train("setup")
 @_verified
 def setup(msg: Message, context: Context) -> Message:
@@ -278,7 +371,7 @@ def setup(msg: Message, context: Context) -> Message:
     content = RecordDict({"ack": MetricRecord({"ok": 1})})
     k = int(msg.content["settings"].get("sketch-rank", 0))
     if k > 0:
-        content["sketch"] = to_array_record(B=client_sketch(_block(context), k))
+        content["sketch"] = to_array_record(B=client_sketch(_kept_block(context), k))
     return Message(content, reply_to=msg)
 
 
@@ -338,6 +431,8 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         n_rounds=int(final["n_rounds"]),
     )
     det._set_federation_result(res, warn=False)
+    det.trim_history_ = list(final.get("trim_history") or [])
+    det.n_trim_steps_ = len(det.trim_history_)
     return det
 
 

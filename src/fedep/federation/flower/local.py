@@ -40,6 +40,9 @@ class FaultPlan:
     #: tampered with; ``kind`` "nan" (NaN in ``W``), "shape" (``W`` of the wrong
     #: shape) or "missing" (no ``metrics``): a malformed or hostile payload.
     corrupt: dict[int, tuple[int, str]] = field(default_factory=dict)
+    #: ``{gateway index: message type}``: the gateway's ClientApp raises on every
+    #: message of that type (e.g. ``"query.trim"``).
+    error_type: dict[int, str] = field(default_factory=dict)
 
 
 class _Run:
@@ -118,6 +121,8 @@ class LocalGrid(Grid):
         try:
             if rnd is not None and self.faults.error.get(idx) == rnd:
                 raise RuntimeError(f"injected failure of gateway {idx} in round {rnd}")
+            if self.faults.error_type.get(idx) == msg.metadata.message_type:
+                raise RuntimeError(f"injected failure of gateway {idx}")
             # What the SuperNode delivers: a deserialised copy.
             reply = self.client_app(wire_copy(msg), self.contexts[nid])
         except Exception as exc:  # noqa: BLE001 - a crashing ClientApp gives an error reply

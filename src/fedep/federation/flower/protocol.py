@@ -22,10 +22,22 @@ Message types (ServerApp -> ClientApp), in order:
     content: ``mean``, ``scale`` (n,); reply: ``ArrayRecord`` ``G`` (n, n) = ``Z^T Z`` of
     the gateway's standardised records and ``count`` -- second moments, no record; the
     server chooses the rank from their sum (:func:`fedep.core.rank.choose_rank`).
+``query.trim`` (``trim-steps`` > 0 only; record trimming, :mod:`fedep.core.trimming`)
+    content: ``trim`` (JSON: ``op``, the ``kind`` of per-record values, ``cut``,
+    ``min-rows``, ``center``), the standardisation ``mean``, ``scale`` (n,), the model
+    ``params`` (``V`` (n, r), ``lam`` (r,), ``sigma2``, or the coordinate-wise
+    ``median`` (n,)) and candidate cuts ``T`` ((c,), or (n, c) per feature); reply:
+    counts of the gateway's values at or below each cut (same shape as ``T``), its
+    count and smallest / largest value (``range``), its kept count and sums
+    (``ppca-sums``: ``sum t_k^2`` (r,), residual energy; ``cut``: kept count, sum of
+    kept values, whether its kept set changed) or the moments of its kept records. The
+    kept set stays on the gateway.
 ``train.setup``
     content: ``mean``, ``scale`` (n,), the estimator settings with the rank and its
-    reason; reply: the client's sketch ``(n, k)`` when ``init = "oneshot"``, else an
-    acknowledgement.
+    reason; reply: the client's sketch ``(n, k)`` (of its kept records) when ``init =
+    "oneshot"``, else an acknowledgement. With record trimming the setup and the
+    ``train`` rounds run once per concentration step, on the kept records, the first
+    round warm-started at the previous step's consensus.
 ``train`` (one per round)
     content: ``V`` (n, r) and the round number; reply: ``W``, ``Pi`` (1, n, r), ``nu``
     (1,) and the scalar metrics of :meth:`FedEPCohort.local_round`.

@@ -19,6 +19,15 @@ the Gram matrix of its standardised records and the server chooses the rank from
 their sum by the rule of the in-process ``fit`` (:func:`fedep.core.rank.choose_rank`).
 Gateways with numeric sources (dataset partitions, synthetic) skip the feature phases;
 a run mixing both is refused.
+
+With ``trim-steps`` > 0 (record trimming) the server runs the in-process ``fit``'s
+loop, :func:`fedep.core.trimming.concentration_steps`, over :class:`RemoteRecords`:
+the robust start (coordinate-wise median and the start set, from counts), the global
+cut of each selection step (from counts of the gateways' PPCA distances), the
+contamination estimate (``"auto"``, from counts of log residual energies) and the kept
+moments are ``query.trim`` exchanges; each concentration step then runs the setup and
+the rounds again on the gateways' kept records, warm-started. No record, score or kept
+set leaves a gateway, and the result equals the in-process fit (tested).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from fedep.core.fedep import RoundReport
 from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
+from fedep.core.trimming import add_ppca_sums
 from fedep.federation.flower.protocol import (
     arrays_of,
     message_nbytes,
@@ -420,13 +430,23 @@ def choose_gateway_rank(grid, gw: Gateways, est, std: dict, timeout, min_clients
 
 
 def setup_gateways(
-    grid, gw: Gateways, est, method: str, std: dict, timeout, min_clients, rank=None, reason=""
+    grid,
+    gw: Gateways,
+    est,
+    method: str,
+    std: dict,
+    timeout,
+    min_clients,
+    rank=None,
+    reason="",
+    sketch: bool = True,
 ):
     """Phase 2: standardisation and the estimator's parameters to every gateway.
 
     Each gateway builds the same estimator from ``est.get_params()`` (and validates
     it) and receives the ``rank`` (:func:`choose_gateway_rank`) and its ``reason``;
-    with ``init="oneshot"`` it replies its sketch, merged here into ``V0``.
+    with ``init="oneshot"`` (and ``sketch``) it replies its sketch of its kept
+    records, merged here into ``V0``. A gateway's model state starts afresh.
 
     Returns
     -------
@@ -434,7 +454,7 @@ def setup_gateways(
         The merged sketches (None unless ``init="oneshot"``).
     """
     r = int(est.n_components if rank is None else rank)
-    sk = r if est.init == "oneshot" else 0
+    sk = r if est.init == "oneshot" and sketch else 0
     params = jsonable({k: v for k, v in est.get_params(deep=False).items() if k != "callback"})
     settings = {"method": method, "params": params, "rank": r, "rank_reason": reason}
     config = ConfigRecord({"json": json.dumps(settings)})
@@ -539,12 +559,150 @@ class RemoteClients:
         return rep
 
 
+class RemoteCounts:
+    """:class:`~fedep.core.trimming.ScoreCounts` over the gateways: each query is one
+    ``query.trim`` exchange, each gateway answering with the counts of its own values.
+    """
+
+    def __init__(self, records: RemoteRecords, kind: str, std: dict, params: dict):
+        self.records, self.kind, self.std, self.params = records, kind, std, params
+        self.columns = kind == "coords"
+
+        def range_of(rep):
+            a = arrays_of(rep.content["range"])
+            lo, hi = np.asarray(a["lo"], dtype=float), np.asarray(a["hi"], dtype=float)
+            if lo.shape != hi.shape or not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+                raise ValueError(f"range of shapes {lo.shape}, {hi.shape} or not finite")
+            return lo, hi, int(rep.content["count"]["count"])
+
+        ranges = records.parse(records.ask("range", kind, std, params), range_of)
+        lo = np.min([r[0] for r in ranges], axis=0)
+        hi = np.max([r[1] for r in ranges], axis=0)
+        self.n = int(sum(r[2] for r in ranges))
+        self.lo, self.hi = (lo, hi) if self.columns else (float(lo[0]), float(hi[0]))
+        self.n_queries = 0
+
+    def _counts(self, op: str, t, **cfg) -> np.ndarray:
+        self.n_queries += 1
+        t = np.asarray(t, dtype=float)
+        t = t if self.columns else np.atleast_1d(t)
+
+        def counts_of(rep):
+            c = np.asarray(arrays_of(rep.content["counts"])["c"])
+            if c.shape != t.shape or c.dtype.kind not in "iu" or (c < 0).any():
+                raise ValueError(f"counts of shape {c.shape} and type {c.dtype}, not {t.shape}")
+            return c
+
+        reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg)
+        return sum(self.records.parse(reps, counts_of))
+
+    def le(self, t) -> np.ndarray:
+        return self._counts("le", t)
+
+    def abs_le(self, t, center: float) -> np.ndarray:
+        return self._counts("abs_le", t, center=float(center))
+
+
+class RemoteRecords:
+    """:class:`~fedep.core.trimming.TrimRecords` over the gateways (``query.trim``).
+
+    The records and the kept sets stay on the gateways; the server sends the
+    standardisation, the model's parameters and candidate cuts and gets counts and
+    sums back. Every gateway still in the run must answer: a count search cannot lose
+    a gateway half way (the run ends with one line naming the gateway that failed).
+    """
+
+    def __init__(self, grid, gw: Gateways, timeout: float, min_clients: int):
+        self.grid, self.gw, self.timeout, self.min_clients = grid, gw, timeout, min_clients
+        self.labels = list(gw.order)
+
+    def ask(self, op: str, kind: str, std: dict | None, params: dict | None, T=None, **cfg):
+        """One ``query.trim`` exchange; ``(label, reply)`` in gateway order."""
+        gw = self.gw
+        if len(self.labels) < self.min_clients:
+            raise RuntimeError(
+                f"only {len(self.labels)} gateways left for record trimming; "
+                f"min-clients={self.min_clients}{_why(gw)}"
+            )
+        rd = {"trim": ConfigRecord({"json": json.dumps({"op": op, "kind": kind, **cfg})})}
+        if std is not None:
+            rd["std"] = to_array_record(mean=std["mean"], scale=std["scale"])
+        if params:
+            rd["params"] = to_array_record(
+                **{k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in params.items()}
+            )
+        if T is not None:
+            rd["query"] = to_array_record(T=T)
+        content = RecordDict(rd)
+        nodes = {gw.node_of[lab]: content for lab in self.labels}
+        replies, failed, s_b, r_b = exchange(
+            self.grid, nodes, "query.trim", f"trim-{op}", self.timeout
+        )
+        _fail(gw, failed, f"trim {op}")
+        _add_bytes(gw, "trim", s_b, r_b)
+        if failed:
+            raise RuntimeError(f"record trimming needs every gateway's answer{_why(gw)}")
+        return [(lab, replies[gw.node_of[lab]]) for lab in self.labels]
+
+    def parse(self, replies, read) -> list:
+        """``read(reply)`` of each ``(label, reply)``; a malformed reply ends the run with
+        one line naming its gateway."""
+        out = []
+        for lab, rep in replies:
+            try:
+                out.append(read(rep))
+            except (KeyError, ValueError, TypeError) as exc:
+                raise RuntimeError(
+                    f"gateway {lab} sent a malformed record-trimming reply: {exc}"
+                ) from None
+        return out
+
+    def counts(self, kind, mean, scale, params):
+        return RemoteCounts(self, kind, {"mean": mean, "scale": scale}, params)
+
+    def cut(self, kind, mean, scale, params, cut, min_rows):
+        std = {"mean": mean, "scale": scale}
+        reps = self.ask("cut", kind, std, params, cut=float(cut), **{"min-rows": int(min_rows)})
+
+        def kept_of(rep):
+            k = rep.content["kept"]
+            return int(k["n-kept"]), float(k["kept-sum"]), bool(k["changed"])
+
+        kept = self.parse(reps, kept_of)
+        n_kept = int(sum(k[0] for k in kept))
+        return n_kept, float(sum(k[1] for k in kept)), any(k[2] for k in kept)
+
+    def kept_moments(self):
+        return self.parse(self.ask("moments", "", None, None), _moments_of)
+
+    def ppca_sums(self, mean, scale, V):
+        r = V.shape[1]
+
+        def sums_of(rep):
+            sum_t2 = np.asarray(arrays_of(rep.content["sums"])["sum_t2"], dtype=float)
+            if sum_t2.shape != (r,):
+                raise ValueError(f"sum_t2 of shape {sum_t2.shape}, not ({r},)")
+            return (
+                int(rep.content["count"]["count"]),
+                sum_t2,
+                float(rep.content["count"]["sum-res"]),
+            )
+
+        reps = self.ask("ppca-sums", "", {"mean": mean, "scale": scale}, {"V": V})
+        return add_ppca_sums(self.parse(reps, sums_of))
+
+
 def finalize_gateways(grid, gw: Gateways, clients: RemoteClients, res, timeout) -> list[str]:
     """Phase 4: every gateway still active writes its personalised model.
 
     Returns the labels of the gateways that confirmed.
     """
-    final = {"history": res.history, "n_rounds": res.n_rounds, "stop_reason": res.stop_reason}
+    final = {
+        "history": res.history,
+        "n_rounds": res.n_rounds,
+        "stop_reason": res.stop_reason,
+        "trim_history": res.trim_history,
+    }
     content = {
         gw.node_of[lab]: RecordDict(
             {
@@ -603,11 +761,6 @@ def run_federation(
             f"method {method} has no rounds to federate; Flower runs fedep, fedpg and the "
             "FedEP ablation cases"
         )
-    if est.trim_steps:
-        raise ValueError(
-            "trim-steps is not supported over Flower yet (record trimming runs in-process "
-            "only); set trim-steps 0"
-        )
     timeout = float(cfg["round-timeout-s"])
     min_clients = max(1, int(cfg["min-clients"]))
     nodes = _wait_for_nodes(grid, int(cfg["min-nodes"]), float(cfg["node-wait-s"]))
@@ -633,15 +786,8 @@ def run_federation(
     std = {"mean": mean, "scale": scale, "constant": constant}
     r, reason = choose_gateway_rank(grid, gw, est, std, timeout, min_clients)
     log(INFO, "fedep: rank %s", reason)
-    V0 = setup_gateways(grid, gw, est, method, std, timeout, min_clients, r, reason)
     rng = np.random.default_rng(est.random_state)
-    if V0 is None:
-        V0 = random_stiefel(n_features, r, rng)
-
-    clients = RemoteClients(
-        grid, gw, V0, n_features, r,
-        timeout=timeout, min_clients=min_clients, max_misses=int(cfg["max-misses"]),
-    )  # fmt: skip
+    est.n_components_ = r
 
     def on_round(rnd, V, rec):
         log(
@@ -655,7 +801,32 @@ def run_federation(
         if callback is not None:
             callback(rnd, V, rec)
 
-    res = est._run_rounds(clients, V0, rng, on_round)
+    records = RemoteRecords(grid, gw, timeout, min_clients)
+
+    def fit_kept(mean, scale, V):
+        """One federation on the gateways' kept records (warm-started at ``V``)."""
+        if V is not None:  # a later concentration step: the gateways still in the run
+            gw.order = list(records.labels)
+        std = {"mean": mean, "scale": scale, "constant": constant}
+        V0 = setup_gateways(
+            grid, gw, est, method, std, timeout, min_clients, r, reason, sketch=V is None
+        )
+        if V is not None:
+            V0 = V
+        elif V0 is None:
+            V0 = random_stiefel(n_features, r, rng)
+        clients = RemoteClients(
+            grid, gw, V0, n_features, r,
+            timeout=timeout, min_clients=min_clients, max_misses=int(cfg["max-misses"]),
+        )  # fmt: skip
+        res = est._run_rounds(clients, V0, rng, on_round)
+        records.labels = [lab for lab in gw.order if lab in clients.active]
+        return polar(res.V), (res, clients)
+
+    # Record trimming (trim_steps > 0) drives fit_kept through the loop of the
+    # in-process fit; with trim_steps = 0 it is the one fit on every record.
+    mean, scale, _, (res, clients) = est._trimmed_fit(records, fit_kept, mean, scale, pipe)
+    res.trim_history = est.trim_history_
     res.components = polar(res.V).T.copy()
     res.clients, res.mean, res.scale = gw.order, mean, scale
     res.setup_bytes = gw.setup_bytes
