@@ -90,7 +90,9 @@ def fit_one(Est, X, groups, Z_test, y_test, standardised_input: bool, seed: int,
     fit_s, fit_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     times = [r["time_s"] for r in recs]
     q_rounds, q_s = _time_to_quality(times, aucs)
-    stopped = det.stop_reason_ in ("converged", "tol")
+    # Met tol: "lagrangian_stationary" / "objective_stationary" ("converged" before
+    # the stop reasons were named; this also runs on older sources).
+    stopped = det.stop_reason_ not in ("max_rounds", "too_few_clients")
     params = det.get_params()
     return {
         "defaults": {k: params[k] for k in ("n_rounds", "tol", "init") if k in params},

@@ -187,3 +187,20 @@ def test_files_without_the_fitted_rank_load_with_the_given_one(data, tmp_path):
 
     back = fedep.load(_rewrite(tmp_path / "m.fedep", tmp_path / "old.fedep", drop))
     assert back.n_components_ == 3 and back.rank_reason_ == "r=3: n_components=3 given"
+
+
+@pytest.mark.parametrize(("cls", "reason"), [(FedEP, "lagrangian_stationary"),
+                                             (FedPG, "objective_stationary")])  # fmt: skip
+def test_files_from_before_the_named_stop_reasons_load_with_todays_name(
+    cls, reason, data, tmp_path
+):
+    # Earlier versions wrote stop_reason_ = "converged" for a fit that met tol.
+    det = _fit(cls, data)
+    fedep.save(det, tmp_path / "m.fedep")
+
+    def older(meta, arrays):
+        meta["scalars"]["stop_reason_"] = "converged"
+
+    old = _rewrite(tmp_path / "m.fedep", tmp_path / "old.fedep", older)
+    assert fedep.load(old).stop_reason_ == reason
+    assert fedep.load(tmp_path / "m.fedep").stop_reason_ == "max_rounds"  # others kept

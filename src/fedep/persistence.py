@@ -129,6 +129,12 @@ def _detector_from(meta: dict, files: dict):
     for k in cls._persist_scalars:
         if k in sc:
             setattr(det, k, sc[k])
+    if isinstance(getattr(det, "stop_reason_", None), str):
+        # Files written before the stop reasons named what stopped the fit say
+        # "converged" for a fit that met tol.
+        from fedep.federation.rounds import stop_reason_of
+
+        det.stop_reason_ = stop_reason_of(det.stop_reason_, cls._method)
     if meta.get("history") is not None:
         det.history_ = meta["history"]
     _check_consistent(det, int(sc["n_features_in_"]))

@@ -73,7 +73,7 @@ def test_fit_converged_prints_no_residuals(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
     assert _fit(files, out, "--n-components", "2", "--tol", "0.5", "--quiet") == 0
     text = capsys.readouterr().out
-    assert "stop reason: converged" in text and "residual" not in text
+    assert "stop reason: lagrangian_stationary" in text and "residual" not in text
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from fedep import FedEP, FedPG
 from fedep.core.stiefel import l21_norm, random_stiefel
 from fedep.data import make_federated_data
-from fedep.federation.rounds import run_rounds
+from fedep.federation.rounds import TOL_REASONS, run_rounds
 
 
 def _federation(seed=0, d=6):
@@ -24,14 +24,14 @@ def test_a_quiet_gateway_does_not_block_convergence():
     Xq = np.vstack([X, quiet])
     gq = np.concatenate([g, np.full(80, 99)])
     det = FedEP(n_components=3, n_rounds=300, tol=1e-4, random_state=0).fit(Xq, groups=gq)
-    assert det.stop_reason_ == "converged", det.history_[-1]
+    assert det.stop_reason_ == "lagrangian_stationary", det.history_[-1]
     assert det.n_iter_ < 300
     # Near-constant traffic too (one value per feature plus rounding noise).
     const = np.tile(X.mean(0), (80, 1)) + 1e-9 * rng.standard_normal((80, X.shape[1]))
     det = FedEP(n_components=3, n_rounds=300, tol=1e-4, random_state=0).fit(
         np.vstack([X, const]), groups=gq
     )
-    assert det.stop_reason_ == "converged"
+    assert det.stop_reason_ == "lagrangian_stationary"
 
 
 def test_curvature_weights_have_a_per_record_floor():
@@ -116,33 +116,9 @@ def test_round_cap_warning_names_the_cap_and_the_stopping_measures(method, keys)
         assert f"{k} {det.history_[-1][k]:.2g}" in msg
 
 
-def _cap_hit(reason: str):
-    from sklearn.exceptions import ConvergenceWarning
-
-    return pytest.mark.xfail(strict=True, raises=ConvergenceWarning, reason=reason)
-
-
-# Known open (issue 11): with the automatic rank (the default since these fits were
-# first made to reach tol at rank 5) two default fits still stop at the 200-round cap.
-# Strict: a fix that makes one converge turns its xfail into a failure to update here.
-_OPEN = {
-    ("FedEP", "nsl-kdd"): "rank 10: the subspace still moves 1.7e-3 per round at round "
-    "200 and the Lagrangian falls 2.4e-4 per round (S keeps absorbing entries)",
-    ("FedPG", "unsw-nb15"): "rank 22: the objective still falls 2.9e-3 per round at round 200",
-}
-
-
 @pytest.mark.realdata
-@pytest.mark.parametrize(
-    ("method", "name"),
-    [
-        pytest.param(m, n, marks=_cap_hit(_OPEN[(m.__name__, n)]))
-        if (m.__name__, n) in _OPEN
-        else (m, n)
-        for m in (FedEP, FedPG)
-        for n in ("nsl-kdd", "unsw-nb15", "ton-iot")
-    ],
-)
+@pytest.mark.parametrize("method", [FedEP, FedPG])
+@pytest.mark.parametrize("name", ["nsl-kdd", "unsw-nb15", "ton-iot"])
 def test_default_fit_on_the_official_sorted_split_reaches_tol(real_data_dir, name, method):
     # The official sorted 20-gateway split (normal training rows sorted by dst_bytes,
     # 20 contiguous chunks), rich features; every 4th row of each gateway keeps the
@@ -161,5 +137,5 @@ def test_default_fit_on_the_official_sorted_split_reaches_tol(real_data_dir, nam
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         det.fit(ds.X_train[normal][order], groups=groups[order])
-    assert det.stop_reason_ == "converged", det.history_[-1]
+    assert det.stop_reason_ == TOL_REASONS[det._method], det.history_[-1]
     assert det.n_iter_ < det.n_rounds

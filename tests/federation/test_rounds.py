@@ -54,7 +54,7 @@ def test_hook_sees_every_round_and_the_model():
 def test_stops_when_converged_and_never_on_a_partial_round():
     coh, V0 = _cohort(_blocks())
     res = run_rounds(coh, "fedep", V0, n_rounds=500, tol=1e-4)
-    assert res.stop_reason == "converged" and res.n_rounds < 500
+    assert res.stop_reason == "lagrangian_stationary" and res.n_rounds < 500
     assert converged(res.history[-1], 1e-4, "fedep")
     assert not any(converged(h, 1e-4, "fedep") for h in res.history[:-1])
     coh, V0 = _cohort(_blocks())
@@ -161,17 +161,29 @@ def test_cohort_state_round_trip_resumes_identically():
         b.load_state(bad)
 
 
-def test_lagrangian_change_is_the_largest_relative_step_over_the_window():
+def test_lagrangian_change_is_the_largest_step_over_the_window_per_data_energy():
     from fedep.federation.rounds import STOP_WINDOW, lagrangian_change
 
     L = [100.0, 90.0, 85.0] + [80.0 + 0.01 * k for k in range(STOP_WINDOW)]
-    hist = [{"augmented_lagrangian": v} for v in L]
+    E = 2000.0  # sum_i ||X_i||^2, fixed over the fit
+    hist = [{"augmented_lagrangian": v, "data_energy": E} for v in L]
     assert lagrangian_change(hist[:STOP_WINDOW]) is None  # too few rounds to judge
     # The window holds the last STOP_WINDOW steps: 85 -> 80.00 (5) is the largest.
-    assert lagrangian_change(hist) == pytest.approx(5.0 / L[-1])
-    assert lagrangian_change(hist + [{"augmented_lagrangian": L[-1]}]) == pytest.approx(
-        0.01 / L[-1]
-    )
+    assert lagrangian_change(hist) == pytest.approx(5.0 / E)
+    last = {"augmented_lagrangian": L[-1], "data_energy": E}
+    assert lagrangian_change(hist + [last]) == pytest.approx(0.01 / E)
+    # Not relative to L itself: near zero (or negative, with its dual terms) it would
+    # make every step look large.
+    shifted = [{**h, "augmented_lagrangian": h["augmented_lagrangian"] - 80.0} for h in hist]
+    assert lagrangian_change(shifted) == pytest.approx(5.0 / E)
+
+
+def test_the_recorded_data_energy_is_the_clients_sum_of_squares():
+    blocks = _blocks()
+    coh, V0 = _cohort(blocks)
+    res = run_rounds(coh, "fedep", V0, n_rounds=2, tol=0.0)
+    E = sum(float(np.sum(b**2)) for b in blocks)
+    assert [h["data_energy"] for h in res.history] == pytest.approx([E, E], rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -201,9 +213,20 @@ def test_loop_records_the_lagrangian_change_and_stops_on_it():
     assert all(r["lagrangian_change"] is None for r in h[:STOP_WINDOW])
     for k in range(STOP_WINDOW, len(h)):
         assert h[k]["lagrangian_change"] == lagrangian_change(h[: k + 1])
-    assert res.stop_reason == "converged" and STOP_WINDOW < res.n_rounds < 500
+    assert res.stop_reason == "lagrangian_stationary" and STOP_WINDOW < res.n_rounds < 500
     assert h[-1]["lagrangian_change"] <= 1e-6
     # The partial rounds of client sampling never get one (their L covers other clients).
     coh, V0 = _cohort(_blocks())
     part = run_rounds(coh, "fedep", V0, n_rounds=15, tol=1e-6, client_fraction=0.5)
     assert all("lagrangian_change" not in r for r in part.history)
+
+
+def test_stop_reasons_name_what_stopped_the_fit():
+    from fedep.federation.rounds import STOP_REASONS, TOL_REASONS, stop_reason_of
+
+    assert set(TOL_REASONS.values()) < set(STOP_REASONS)
+    assert {"max_rounds", "too_few_clients"} < set(STOP_REASONS)
+    assert "converged" not in STOP_REASONS  # one name per concept: what met tol
+    assert stop_reason_of("converged", "fedep") == "lagrangian_stationary"
+    assert stop_reason_of("converged", "fedpg") == "objective_stationary"
+    assert stop_reason_of("max_rounds", "fedpg") == "max_rounds"

@@ -199,13 +199,13 @@ def _how(det) -> str:
     stop = getattr(det, "stop_reason_", None)
     if rounds is None:
         return "closed form (no rounds)"
+    from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS  # the stopping test's
+
     text = f"{rounds} rounds, stop reason: {stop}"
-    if stop == "converged":
+    if stop in TOL_REASONS.values():
         return text
     text += " (round cap reached before --tol)" if stop == "max_rounds" else ""
     last = (getattr(det, "history_", None) or [{}])[-1]
-    from fedep.federation.rounds import STOP_MEASURES  # what the stopping test compares
-
     measures = STOP_MEASURES.get(getattr(det, "_method", ""), ())
     shown = [k for k in measures if isinstance(last.get(k), (int, float))]
     if shown:

@@ -18,7 +18,7 @@ from fedep.detectors.base import (
     _POSITIVE_INT,
     BaseFederatedDetector,
 )
-from fedep.federation.rounds import STOP_MEASURES, run_rounds
+from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, run_rounds
 
 
 class _FederatedMixin:
@@ -60,7 +60,7 @@ class _FederatedMixin:
 
     def _set_federation_result(self, res, *, warn: bool = True) -> None:
         """History, rounds and stop reason of a federation (in-process or Flower)."""
-        if warn and res.stop_reason != "converged" and self.tol > 0:
+        if warn and res.stop_reason != TOL_REASONS[self._method] and self.tol > 0:
             why = (
                 f"at the round cap n_rounds={self.n_rounds}"
                 if res.stop_reason == "max_rounds"
@@ -133,9 +133,10 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     n_rounds : int, default=200
         Communication-round cap.
     tol : float, default=1e-4
-        Stopping tolerance, a relative change of the objective per round: stop when,
-        over the last 10 rounds, no round changed the augmented Lagrangian by more
-        than ``tol`` times its value and the relative consensus and data residuals
+        Stopping tolerance, a change of the objective per round relative to the
+        data's energy: stop when, over the last 10 rounds, no round changed the
+        augmented Lagrangian by more than ``tol`` times ``sum_i ||X_i||_F^2`` (the
+        standardised records' energy) and the relative consensus and data residuals
         are at most ``sqrt(tol)`` (see :func:`fedep.federation.rounds.converged`).
     inner_max_iter : int, default=2
         ManPG iterations per W-step (T_max). The W-step is warm-started from the
@@ -234,6 +235,10 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     n_iter_ : int
         Rounds run.
     stop_reason_ : str
+        What stopped the fit: ``"lagrangian_stationary"`` (``tol`` met),
+        ``"max_rounds"`` (the cap; a ``ConvergenceWarning`` names the stopping
+        measures) or ``"too_few_clients"`` (see
+        :data:`fedep.federation.rounds.STOP_REASONS`).
     """
 
     _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
@@ -337,8 +342,10 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         compromised gateways can do to the global basis.
     tol : float, default=1e-5
         Stop when, over the last 10 rounds, no round changed the objective (the
-        clients' summed reconstruction errors) by more than ``tol`` times its value
-        (``objective_change``, :func:`fedep.federation.rounds.converged`).
+        clients' summed reconstruction errors) by more than ``tol`` times the
+        records' energy ``sum_i ||X_i||_F^2``: the share of the energy that the
+        bases explain has settled (``objective_change``,
+        :func:`fedep.federation.rounds.converged`).
     n_rounds, client_fraction, init, standardize, contamination, trim_steps, trim_share,
         trim_start
         As in :class:`FedEP`.
@@ -349,7 +356,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
 
     Attributes
     ----------
-    Same as :class:`FedEP`.
+    Same as :class:`FedEP`; ``stop_reason_`` is ``"objective_stationary"`` when the
+    fit met ``tol``.
     """
 
     _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")

@@ -29,13 +29,33 @@ __all__ = [
     "converged",
     "run_rounds",
     "STOP_REASONS",
+    "TOL_REASONS",
+    "stop_reason_of",
     "STOP_MEASURES",
     "STOP_WINDOW",
     "lagrangian_change",
 ]
 
-#: Why a federation stopped.
-STOP_REASONS = ("converged", "max_rounds", "too_few_clients")
+#: What stopped a federation (one name per concept, as in the result, the estimator's
+#: ``stop_reason_``, the model file, the CLI and Flower's result):
+#:
+#: - ``"lagrangian_stationary"``: FedEP met ``tol`` (its augmented Lagrangian stationary,
+#:   its residuals within ``sqrt(tol)``; :func:`converged`);
+#: - ``"objective_stationary"``: FedPG met ``tol`` (its objective stationary);
+#: - ``"max_rounds"``: the round cap came first (the record's stopping measures,
+#:   :data:`STOP_MEASURES`, say how far from ``tol``);
+#: - ``"too_few_clients"``: too few clients answered to aggregate.
+STOP_REASONS = ("lagrangian_stationary", "objective_stationary", "max_rounds", "too_few_clients")
+
+#: The stop reason of a fit that met ``tol``, per method.
+TOL_REASONS = {"fedep": "lagrangian_stationary", "fedpg": "objective_stationary"}
+
+
+def stop_reason_of(reason: str, method: str) -> str:
+    """``reason`` in today's names: ``"converged"``, written by earlier versions (model
+    files, Flower results) for a fit that met ``tol``, becomes the method's
+    :data:`TOL_REASONS` entry; any other name is returned as it is."""
+    return TOL_REASONS.get(method, reason) if reason == "converged" else reason
 
 
 @runtime_checkable
@@ -164,12 +184,22 @@ def lagrangian_change(
     history: list[dict], window: int = STOP_WINDOW, key: str = "augmented_lagrangian"
 ) -> float | None:
     """Largest change of the augmented Lagrangian (or of the record field ``key``) per
-    round over the last ``window`` rounds, relative to its last value (None before
-    ``window + 1`` rounds)."""
+    round over the last ``window`` rounds, relative to the clients' data energy
+    ``sum_i ||X_i||_F^2`` (the record's ``data_energy``; None before ``window + 1``
+    rounds).
+
+    The data energy, not the Lagrangian's own value, is the scale: it is the
+    objective of the empty model (``W = 0``, ``S = 0``), fixed over the fit, and the
+    square of the scale that the data residual's test divides by (a residual of
+    ``sqrt(tol) ||X||`` moves the objective by about ``tol ||X||^2``). Relative to the
+    Lagrangian itself, the test would ask for more digits the better the model fits
+    (a near low-rank federation leaves a small ``L``, whose every slow step then looks
+    large), and ``L``, which holds the dual terms, can be near zero or negative.
+    """
     if len(history) <= window:
         return None
     L = np.array([h[key] for h in history[-window - 1 :]])
-    return float(np.max(np.abs(np.diff(L))) / max(abs(L[-1]), 1e-300))
+    return float(np.max(np.abs(np.diff(L))) / max(history[-1]["data_energy"], 1e-300))
 
 
 def converged(record: dict, tol: float, method: str) -> bool:
@@ -178,10 +208,11 @@ def converged(record: dict, tol: float, method: str) -> bool:
     FedEP stops when the fit is stationary and feasible, both scale-free:
 
     - stationarity: ``lagrangian_change <= tol`` (None, not yet known, in the first
-      :data:`STOP_WINDOW` rounds): over the last :data:`STOP_WINDOW`
-      rounds, no round changed the augmented Lagrangian ``L`` by more than ``tol``
-      times ``|L|``. Theorem 1 of the paper (sufficient decrease, ``L^k - L^{k+1} >=
-      c ||change of the iterates||^2``) makes a vanishing change of ``L`` the
+      :data:`STOP_WINDOW` rounds): over the last :data:`STOP_WINDOW` rounds, no round
+      changed the augmented Lagrangian ``L`` by more than ``tol`` times the data
+      energy ``sum_i ||X_i||_F^2`` (see :func:`lagrangian_change`). Theorem 1 of the
+      paper (sufficient decrease, ``L^k - L^{k+1} >= c ||change of the iterates||^2``)
+      makes a vanishing change of ``L`` the
       certificate that the iterates settle; the window keeps one quiet round of an
       oscillating (not yet monotone) run from ending it;
     - feasibility: the relative consensus and data residuals (primal residuals of
@@ -189,8 +220,10 @@ def converged(record: dict, tol: float, method: str) -> bool:
       of the iterates that a change ``tol`` of ``L`` stands for.
 
     ``L`` sums over clients and the consensus residual weights them by their
-    penalties, so a quiet gateway cannot hold the test open. ``tol`` is a relative
-    change of the objective per round.
+    penalties, so a quiet gateway cannot hold the test open. ``tol`` is a change of
+    the objective per round relative to the data energy: of the share of the data's
+    energy that the model leaves unexplained, as the residuals are relative to
+    ``||X||``.
 
     FedPG's server has no penalty-weighted Lagrangian; it stops when its objective
     (the clients' reconstruction errors) is stationary in the same sense,
@@ -275,7 +308,7 @@ def run_rounds(
         if on_round is not None:
             on_round(rnd, V, rec)
         if tol > 0 and k >= d and converged(rec, tol, method):
-            result.stop_reason = "converged"
+            result.stop_reason = TOL_REASONS[method]
             break
     result.V = V
     result.n_rounds = len(result.history)

@@ -64,8 +64,9 @@ def server_round(
     V : ndarray of shape (n, r)
         New consensus.
     record : dict
-        Round diagnostics. ``objective``, ``augmented_lagrangian`` and the iteration
-        counts sum (average) over the answering clients; the residuals of the
+        Round diagnostics. ``objective``, ``augmented_lagrangian``, ``data_energy``
+        (``sum_i ||X_i||_F^2``) and the iteration counts sum (average) over the
+        answering clients; the residuals of the
         stopping test (consensus, data, dual) over the clients that the rule kept, so
         that an excluded client, whose ``W_i`` never joins ``V``, cannot hold the
         run open. ``n_downweighted`` / ``downweighted``: how many and which (positions
@@ -95,6 +96,9 @@ def server_round(
         "n_clients": int(rep.W.shape[0]),
         "objective": objective,
         "augmented_lagrangian": lagr,
+        # sum_i ||X_i||_F^2 of the answering clients (the sums above cover them): the
+        # scale of the stopping test's change of L (federation.rounds.lagrangian_change).
+        "data_energy": float(np.sum(m["x_norm2"])),
         "consensus_residual": float(np.sqrt(np.sum(ck**2))),
         # Weighted by nu_i, the clients' weights in the V-step: a client whose penalty
         # (and so whose say in V) is small cannot hold the stopping test hostage.
