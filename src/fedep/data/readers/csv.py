@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pandas as pd
@@ -138,13 +139,41 @@ def _csv_options(src, names, delimiter, columns, column_types, threads: bool, ba
     )
 
 
+@contextmanager
+def _open_csv(src: _Source, opts: dict) -> Iterator:
+    """pyarrow's streaming CSV reader over ``src`` (``opts``: :func:`_csv_options`); the
+    file is closed on exit, I/O and decompression failures become ReadErrors."""
+    import pyarrow.csv as pacsv
+
+    with src.errors():
+        fh = src.open()
+        try:
+            reader = pacsv.open_csv(fh, **opts)
+            try:
+                yield reader
+            finally:
+                reader.close()
+        finally:
+            fh.close()
+
+
+def _read_csv(src: _Source, opts: dict) -> pa.Table:
+    """The whole of ``src`` as one table (pyarrow's multi-threaded reader)."""
+    import pyarrow.csv as pacsv
+
+    with src.errors():
+        fh = src.open()
+        try:
+            return pacsv.read_csv(fh, **opts)
+        finally:
+            fh.close()
+
+
 def _csv_table(src, head, delimiter, columns) -> pd.DataFrame:
     return _try_encodings(_csv_table_encoded, src, head, delimiter, columns)
 
 
 def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
-    import pyarrow.csv as pacsv
-
     names = _csv_header(src, head, delimiter)
     _check_columns(src.path, names, columns)
     table = None
@@ -157,28 +186,18 @@ def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
         # gives the same table. A later block that does not convert falls back to the
         # inferring read below.
         bad: list = []
-        opts = _csv_options(src, names, delimiter, columns, types, True, bad)
-        with src.errors():
-            fh = src.open()
-            try:
-                table = pacsv.read_csv(fh, **opts)
-            except (pa.ArrowInvalid, UnicodeDecodeError):
-                table = None
-            finally:
-                fh.close()
+        try:
+            table = _read_csv(src, _csv_options(src, names, delimiter, columns, types, True, bad))
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            table = None
     if table is None:
         bad = []
-        opts = _csv_options(src, names, delimiter, columns, None, True, bad)
-        with src.errors():
-            fh = src.open()
-            try:
-                table = pacsv.read_csv(fh, **opts)
-            except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-                if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
-                    raise _WrongEncoding from None
-                raise ReadError(src.path, f"cannot parse {_what(delimiter)}: {exc}") from None
-            finally:
-                fh.close()
+        try:
+            table = _read_csv(src, _csv_options(src, names, delimiter, columns, None, True, bad))
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
+                raise _WrongEncoding from None
+            raise ReadError(src.path, f"cannot parse {_what(delimiter)}: {exc}") from None
     _check_decoded(src, table.schema)
     if bad:
         raise _ragged_error(src, delimiter, len(names), bad)
@@ -191,18 +210,10 @@ def _first_block_types(src, names, delimiter, columns) -> dict[str, pa.DataType]
     """The column types pyarrow infers from the file's first block (columns of null type,
     all empty there, left out); empty when that block cannot be read (the full read
     then reports why)."""
-    import pyarrow.csv as pacsv
-
     opts = _csv_options(src, names, delimiter, columns, None, False, [])
     try:
-        with src.errors():
-            fh = src.open()
-            try:
-                reader = pacsv.open_csv(fh, **opts)
-                schema = reader.schema
-                reader.close()
-            finally:
-                fh.close()
+        with _open_csv(src, opts) as reader:
+            schema = reader.schema
     except (pa.ArrowInvalid, UnicodeDecodeError, ReadError):
         return {}
     if src.encoding == "utf-8" and any(pa.types.is_binary(f.type) for f in schema):
@@ -223,8 +234,6 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
     malformed rows before any chunk is handed out, and the integer columns with missing
     values (read as float64 in every chunk, so that all chunks share their dtypes).
     """
-    import pyarrow.csv as pacsv
-
     types: dict[str, pa.DataType] = {}
     for _ in range(2 * len(names) + 1):
         bad: list = []
@@ -233,19 +242,14 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
         schema = None
         n_rows = 0
         try:
-            with src.errors():
-                fh = src.open()
-                try:
-                    reader = pacsv.open_csv(fh, **opts)
-                    schema = reader.schema
-                    _check_decoded(src, schema)
-                    for batch in reader:
-                        n_rows += batch.num_rows
-                        for f, col in zip(batch.schema, batch.columns, strict=True):
-                            if pa.types.is_integer(f.type) and col.null_count:
-                                int_with_nulls.add(f.name)
-                finally:
-                    fh.close()
+            with _open_csv(src, opts) as reader:
+                schema = reader.schema
+                _check_decoded(src, schema)
+                for batch in reader:
+                    n_rows += batch.num_rows
+                    for f, col in zip(batch.schema, batch.columns, strict=True):
+                        if pa.types.is_integer(f.type) and col.null_count:
+                            int_with_nulls.add(f.name)
         except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
             if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
                 raise _WrongEncoding from None
@@ -272,8 +276,6 @@ def _csv_reader(src, head, delimiter, columns, chunksize) -> _Frames:
 
 
 def _csv_stream(src, head, delimiter, columns, chunksize) -> _Frames:
-    import pyarrow.csv as pacsv
-
     names = _csv_header(src, head, delimiter)
     _check_columns(src.path, names, columns)
     types, int_with_nulls = _stream_types(src, names, delimiter, columns)
@@ -281,14 +283,9 @@ def _csv_stream(src, head, delimiter, columns, chunksize) -> _Frames:
         types[name] = pa.float64()
 
     def frames() -> Iterator[pd.DataFrame]:
-        bad: list = []
-        opts = _csv_options(src, names, delimiter, columns, types, True, bad)
-        with src.errors():
-            fh = src.open()
-            try:
-                for batch in pacsv.open_csv(fh, **opts):
-                    yield _to_pandas(pa.Table.from_batches([batch]))
-            finally:
-                fh.close()
+        opts = _csv_options(src, names, delimiter, columns, types, True, [])
+        with _open_csv(src, opts) as reader:
+            for batch in reader:
+                yield _to_pandas(pa.Table.from_batches([batch]))
 
     return lambda: _rechunk(frames(), chunksize)
