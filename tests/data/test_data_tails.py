@@ -90,3 +90,35 @@ def test_count_per_line_equals_numpy_reference():
             count_per_line(buf, starts, ends, byte),
             count_per_line_reference(buf, starts, ends, byte),
         )
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 9])
+def test_top_k_matches_the_stable_sort(k):
+    from fedep.data._tails import top_k, top_k_reference
+
+    rng = np.random.default_rng(k)
+    C = rng.exponential(size=(500, 7))
+    C[:100] = rng.integers(0, 3, size=(100, 7))  # many ties: the lower column first
+    C[100] = 0.0
+    idx, vals = top_k(C, k)
+    ref_idx, ref_vals = top_k_reference(C, k)
+    assert idx.shape == (500, min(k, 7)) and idx.dtype == np.int64
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(vals, ref_vals)
+    np.testing.assert_array_equal(vals, np.take_along_axis(C, idx, axis=1))
+    assert (np.diff(vals, axis=1) <= 0).all()
+    assert idx[100].tolist() == list(range(min(k, 7)))
+    # against a brute force on the first rows: the k largest values
+    for i in range(20):
+        assert sorted(vals[i].tolist(), reverse=True) == sorted(C[i], reverse=True)[: min(k, 7)]
+
+
+def test_top_k_non_finite_falls_back():
+    from fedep.data._tails import top_k, top_k_reference
+
+    C = np.array([[1.0, np.nan, 3.0], [np.inf, 0.0, 2.0]])
+    idx, vals = top_k(C, 2)
+    ref_idx, ref_vals = top_k_reference(C, 2)
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(vals, ref_vals)
+    assert idx.tolist() == [[2, 0], [0, 2]]

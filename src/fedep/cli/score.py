@@ -94,12 +94,11 @@ def client_ids(ids: np.ndarray, det) -> np.ndarray:
 
 
 def top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Column indices and values of the ``k`` largest entries of each row, largest first."""
-    k = min(k, contrib.shape[1])
-    idx = np.argpartition(-contrib, k - 1, axis=1)[:, :k]
-    vals = np.take_along_axis(contrib, idx, axis=1)
-    order = np.argsort(-vals, axis=1, kind="stable")
-    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
+    """Column indices and values of the ``k`` largest entries of each row, largest first
+    (equal entries: the lower column first); :func:`fedep.data._tails.top_k`."""
+    from fedep.data._tails import top_k
+
+    return top_k(contrib, k)
 
 
 def score_block(det, X, groups, names, k):
