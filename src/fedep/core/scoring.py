@@ -13,7 +13,8 @@ __all__ = ["residuals", "residual_energy", "feature_contributions"]
 
 def residuals(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     """``X - (X B) B^T`` without forming the n x n projector, shape of ``X``."""
-    return X - (X @ B) @ B.T
+    P = (X @ B) @ B.T
+    return np.subtract(X, P, out=P)  # into the fresh product: one n x d array, not two
 
 
 def residual_energy(X: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -24,4 +25,5 @@ def residual_energy(X: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 def feature_contributions(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     """Per-feature squared residuals (rows sum to :func:`residual_energy`)."""
-    return residuals(X, B) ** 2
+    R = residuals(X, B)
+    return np.square(R, out=R)

@@ -474,7 +474,13 @@ class BaseFederatedDetector(BaseEstimator):
                     "feature_names_in_, or a DataFrame)"
                 )
             X = pd.DataFrame(X, columns=list(self.feature_names_in_), copy=False)
-        return (pipe.transform(X) - self.mean_) / self.scale_
+        Z = pipe.transform(X)
+        if not (isinstance(Z, np.ndarray) and Z.dtype == np.float64 and Z.flags.writeable):
+            Z = np.array(Z, dtype=np.float64)
+        # in place (the same values as (Z - mean) / scale, without two more copies)
+        Z -= self.mean_
+        Z /= self.scale_
+        return Z
 
     def _client_index(self, groups, n):
         groups = _check_groups(groups, n)
