@@ -230,3 +230,20 @@ def test_vectorised_lines_equal_per_line_reference(tmp_path, seed):
         if not got:
             continue
         assert got == ref
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 50])
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_line_chunks_carry_their_newlines(chunk_rows, piece):
+    import io
+
+    from fedep.data.stream import _line_chunks
+
+    rng = np.random.default_rng(chunk_rows * piece)
+    lines = [b"x" * int(n) for n in rng.integers(0, 12, 120)]
+    text = b"\n".join(lines) + b"\nlast without line end"
+    out = list(_line_chunks(io.BytesIO(text), chunk_rows, piece=piece))
+    assert b"".join(d for d, _ in out) == text
+    for data, nl in out:
+        np.testing.assert_array_equal(nl, np.flatnonzero(np.frombuffer(data, np.uint8) == 10))
+    assert all(len(nl) == chunk_rows for _, nl in out[:-1])

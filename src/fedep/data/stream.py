@@ -196,8 +196,8 @@ class CsvBlockReader:
             fh.readline()
             line_no = 2  # of the next line to read
             pending_blank = 0
-            for data in _line_chunks(fh, self.chunk_rows):
-                buf, starts, ends, blank = _split_lines(data)
+            for data, newlines in _line_chunks(fh, self.chunk_rows):
+                buf, starts, ends, blank = _split_lines(data, newlines)
                 n_lines = len(starts)
                 # Blank lines: fine at the end of the file, an error inside the data.
                 if blank.size:
@@ -355,40 +355,50 @@ _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() removes
 
 
-def _line_chunks(fh, chunk_rows: int, piece: int = 1 << 22) -> Iterator[bytes]:
+def _newlines(data: bytes) -> np.ndarray:
+    """Positions of the ``\\n`` bytes of ``data``, int64."""
+    return np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+
+
+def _line_chunks(fh, chunk_rows: int, piece: int = 1 << 22) -> Iterator[tuple[bytes, np.ndarray]]:
     """The rest of ``fh`` in pieces of ``chunk_rows`` lines (each ended by ``\\n``; the
-    last piece: what is left, possibly without a final line end)."""
+    last piece: what is left, possibly without a final line end), each with the
+    positions of its ``\\n`` bytes (found once per byte read, not again per piece)."""
     carry = b""
+    carry_nl = np.empty(0, dtype=np.int64)
     eof = False
     while not eof:
-        parts = [carry]
-        count = carry.count(b"\n")
+        parts, nls = [carry], [carry_nl]
+        size, count = len(carry), len(carry_nl)
         while count < chunk_rows:
             more = fh.read(piece)
             if not more:
                 eof = True
                 break
+            nl = _newlines(more)
+            nl += size
             parts.append(more)
-            count += more.count(b"\n")
+            nls.append(nl)
+            size += len(more)
+            count += len(nl)
         data = b"".join(parts) if len(parts) > 1 else carry
-        if count >= chunk_rows:
-            nl = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-            prev = 0
-            for cut in (nl[chunk_rows - 1 :: chunk_rows] + 1).tolist():
-                yield data[prev:cut]
-                prev = cut
-            carry = data[prev:]
-        else:
-            carry = data
+        nl = np.concatenate(nls) if len(nls) > 1 else carry_nl
+        prev = first = 0
+        while count - first >= chunk_rows:
+            cut = int(nl[first + chunk_rows - 1]) + 1
+            yield data[prev:cut], nl[first : first + chunk_rows] - prev
+            prev, first = cut, first + chunk_rows
+        carry, carry_nl = data[prev:], nl[first:] - prev
     if carry:
-        yield carry
+        yield carry, carry_nl
 
 
-def _split_lines(data: bytes):
+def _split_lines(data: bytes, newlines: np.ndarray | None = None):
     """(buf, starts, ends, blank) of a piece of lines: line ``i`` without its line end is
     ``buf[starts[i]:ends[i]]``; ``blank``: indices of the lines that are empty or
-    whitespace only. Without ``\\r``, ``buf`` is ``data`` itself (no per-line work);
-    with it, the lines are stripped of trailing ``\\r`` and re-joined by ``\\n``."""
+    whitespace only. Without ``\\r``, ``buf`` is ``data`` itself (no per-line work;
+    ``newlines``, the positions of its ``\\n`` bytes, when the caller has them); with
+    it, the lines are stripped of trailing ``\\r`` and re-joined by ``\\n``."""
     if b"\r" in data:
         lines = data.split(b"\n")
         if data.endswith(b"\n"):
@@ -400,7 +410,7 @@ def _split_lines(data: bytes):
         starts = ends - lengths
     else:
         buf = data
-        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        ends = _newlines(data) if newlines is None else newlines
         if not data.endswith(b"\n"):
             ends = np.append(ends, len(data))
         starts = np.empty_like(ends)
