@@ -150,3 +150,41 @@ def test_score_error_removes_temporary_file(files, tmp_path, capsys):
     msg = one_error_line(capsys)
     assert "line 41" in msg and "expected 9 fields, found 10" in msg
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bz2", "xz", "zstd"])
+def test_compressed_csv_streams_like_plain(files, tmp_path, codec, monkeypatch):
+    import pyarrow as pa
+
+    import fedep.cli.score as score_cmd
+
+    raw = files.test.read_bytes()
+    suffix = {"gzip": "gz", "bz2": "bz2", "xz": "xz", "zstd": "zst"}[codec]
+    inp = tmp_path / f"test.csv.{suffix}"
+    if codec == "xz":
+        import lzma
+
+        inp.write_bytes(lzma.compress(raw))
+    else:
+        with pa.output_stream(str(inp), compression=codec) as fh:
+            fh.write(raw)
+    ref, out = tmp_path / "ref.csv", tmp_path / "out.csv"
+    assert _score(files, ref, "--client-column", "host", "--chunksize", "7") == 0
+    streamed = []
+    real = score_cmd._score_csv_stream
+    monkeypatch.setattr(score_cmd, "_score_csv_stream", lambda *a: streamed.append(1) or real(*a))
+    assert _score(files, out, "--client-column", "host", "--chunksize", "7", inp=inp) == 0
+    assert streamed == [1]  # the byte-copying path, not read_table + to_csv
+    assert out.read_bytes() == ref.read_bytes()
+
+
+def test_corrupt_gzip_is_one_error(files, tmp_path, capsys):
+    import gzip
+
+    data = gzip.compress(files.test.read_bytes())
+    inp = tmp_path / "broken.csv.gz"
+    inp.write_bytes(data[: len(data) // 2])
+    assert _score(files, tmp_path / "o.csv", inp=inp) != 0
+    line = one_error_line(capsys)
+    assert "broken.csv.gz" in line and "gzip" in line
+    assert not (tmp_path / "o.csv").exists()

@@ -1,10 +1,10 @@
 """``fedep score``: append anomaly_score, is_anomaly and top_features to every row of
 a flow-record file, written as CSV.
 
-A plain comma-separated CSV file is streamed in blocks (:mod:`fedep.data.stream`) and its
-lines are copied byte for byte; any other input (Zeek logs, Parquet, Feather, JSON,
-compressed or non-comma CSV/TSV, or ``--infinity clip``) is read in chunks by
-:func:`fedep.data.readers.read_table` and its columns written back by pandas. A model
+A comma-separated CSV file, plain or gzip/bzip2/xz/zstd-compressed, is streamed in blocks
+(:mod:`fedep.data.stream`) and its lines are copied byte for byte; any other input (Zeek
+logs, Parquet, Feather, JSON, non-comma CSV/TSV, or ``--infinity clip``) is read in
+chunks by :func:`fedep.data.readers.read_table` and its columns written back by pandas. A model
 with a feature pipeline reads the columns it needs by name (any order; extra columns
 are ignored; a missing one is one error naming it); ``top_features`` names the
 pipeline's output features (``orig_bytes``, ``proto=tcp``, ...).
@@ -38,8 +38,6 @@ from fedep.cli._common import (
     read_kwargs,
     used_columns,
 )
-
-_COMPRESSION_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")
 
 
 def register(sub) -> None:
@@ -131,18 +129,17 @@ def _temp_beside(dst: Path) -> Path:
 
 
 def streams_as_csv(src: Path, args) -> bool:
-    """Whether ``src`` is a plain comma-separated CSV file (streamed byte for byte)."""
+    """Whether ``src`` is a comma-separated CSV file, plain or compressed (streamed byte
+    for byte)."""
     from fedep.data.readers import detect_format
+    from fedep.data.readers.source import _open_source, _read_head
 
     fmt = args.format if args.format != "auto" else detect_format(src)
     if fmt != "csv" or args.infinity == "clip":
         return False
-    with open(src, "rb") as fh:
-        head = fh.read(1 << 16)
-    if any(head.startswith(m) for m in _COMPRESSION_MAGIC):
-        return False
     if args.delimiter is not None:
         return args.delimiter == ","
+    head = _read_head(_open_source(src))  # decompressed
     first = head.split(b"\n", 1)[0].decode("utf-8", "replace")
     return max((",", "\t", ";", "|"), key=first.count) == ","
 

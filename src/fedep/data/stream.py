@@ -38,8 +38,10 @@ import csv
 import io
 import re
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -67,9 +69,32 @@ def read_csv_header(path) -> tuple[list[str], bytes]:
         ``path`` does not exist.
     """
     path = Path(path)
-    with open(path, "rb") as fh:
+    with _open_decompressed(path) as fh:
         raw = strip_csv_text(fh.readline(), path)
     return parse_header_line(raw, path), raw
+
+
+@contextmanager
+def _open_decompressed(path: Path) -> Iterator[IO[bytes]]:
+    """The file as a binary stream, decompressed when its magic bytes say gzip, bzip2, xz
+    or zstd (:mod:`fedep.data.readers.source`); decompression and I/O failures become
+    one-line errors naming the file."""
+    from fedep.data.readers.source import _COMPRESSION_MAGIC, _open_source
+
+    with open(path, "rb") as fh:
+        magic = fh.read(8)
+    if not any(magic.startswith(m) for m, _ in _COMPRESSION_MAGIC):
+        with open(path, "rb") as fh:
+            yield fh
+        return
+    src = _open_source(path)
+    with src.errors():
+        raw = src.open()
+        try:
+            # pyarrow's decompressing streams have no readline: buffer them
+            yield raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)
+        finally:
+            raw.close()
 
 
 @dataclass
@@ -192,7 +217,7 @@ class CsvBlockReader:
 
     def __iter__(self) -> Iterator[CsvBlock]:
         src = self.path
-        with open(src, "rb") as fh:
+        with _open_decompressed(src) as fh:
             fh.readline()
             line_no = 2  # of the next line to read
             pending_blank = 0
