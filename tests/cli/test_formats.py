@@ -99,7 +99,13 @@ def test_pipeline_beats_raw_z_scores(zeek, tmp_path, capsys):
 
 def test_score_zeek_gz_appends_columns(zeek, tmp_path):
     res = _score(zeek.model, zeek.dir / "test.log.gz", tmp_path / "o.csv", "--top-features", "2")
-    assert list(res.columns) == [*FIELDS, "anomaly_score", "is_anomaly", "top_features"]
+    assert list(res.columns) == [
+        *FIELDS,
+        "anomaly_score",
+        "is_anomaly",
+        "anomaly_probability",
+        "top_features",
+    ]
     assert len(res) == len(zeek.test)
     det = fedep.load(zeek.model)
     # Zeek's "-" is the unset marker: service "-" is a missing value there

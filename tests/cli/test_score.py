@@ -25,7 +25,13 @@ def test_score_appends_columns_and_keeps_rows(files, tmp_path):
     assert _score(files, out, "--client-column", "host") == 0
     src = pd.read_csv(files.test, dtype=str, keep_default_na=False)
     res = pd.read_csv(out, dtype=str, keep_default_na=False)
-    assert list(res.columns) == [*src.columns, "anomaly_score", "is_anomaly", "top_features"]
+    assert list(res.columns) == [
+        *src.columns,
+        "anomaly_score",
+        "is_anomaly",
+        "anomaly_probability",
+        "top_features",
+    ]
     assert len(res) == len(src)
     pd.testing.assert_frame_equal(res[src.columns], src)  # original text untouched
     det = fedep.load(files.model)
@@ -35,6 +41,10 @@ def test_score_appends_columns_and_keeps_rows(files, tmp_path):
         res["anomaly_score"].astype(float), det.decision_function(X, groups), rtol=1e-8
     )
     np.testing.assert_array_equal(res["is_anomaly"].astype(int), det.predict(X, groups))
+    # the anomaly probability is predict_proba's, to the 4 digits written
+    proba = det.predict_proba(X, groups)[:, 1]
+    np.testing.assert_allclose(res["anomaly_probability"].astype(float), proba, rtol=5e-4, atol=0)
+    assert proba.min() < 0.5 < proba.max()  # the test file holds normal rows and attacks
     # without the client column, the global basis scores every row
     out2 = tmp_path / "global.csv"
     assert _score(files, out2) == 0

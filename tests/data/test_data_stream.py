@@ -154,15 +154,19 @@ def test_with_tails_and_formatter(tmp_path):
     p = _write(tmp_path, lines)
     (block,) = list(iter_csv_blocks(p, ["a", "b"]))
     fmt = ScoreTailFormatter(["a", "b"], 1)
-    tails = fmt(np.array([1.5, 0.25, 2.0]), np.array([1, 0, 1]), np.array([[1], [0], [1]]),
-                np.array([[1.0], [0.2], [1.5]]))  # fmt: skip
-    assert tails[0] == b",1.5,1,b:1\n"
+    tails = fmt(np.array([1.5, 0.25, 2.0]), np.array([1, 0, 1]), np.array([0.9, 0.0, 0.12345]),
+                np.array([[1], [0], [1]]), np.array([[1.0], [0.2], [1.5]]))  # fmt: skip
+    assert tails[0] == b",1.5,1,0.9,b:1\n"
+    assert tails[2] == b",2,1,0.1235,b:1.5\n"
     out = block.with_tails(tails).decode().splitlines()
     assert out == [ln + t.decode().rstrip("\n") for ln, t in zip(lines, tails, strict=True)]
     quoted = ScoreTailFormatter(['x,"y"', "b"], 2)
-    (tail,) = quoted(np.array([1.0]), np.array([0]), np.array([[0, 1]]), np.array([[0.6, 0.4]]))
-    assert tail == b',1,0,"x,""y"":0.6;b:0.4"\n'
-    assert ScoreTailFormatter(["a"], 0)(np.array([3.0]), np.array([1])) == [b",3,1,\n"]
+    (tail,) = quoted(
+        np.array([1.0]), np.array([0]), np.array([1e-5]), np.array([[0, 1]]), np.array([[0.6, 0.4]])
+    )
+    assert tail == b',1,0,1e-05,"x,""y"":0.6;b:0.4"\n'
+    one = ScoreTailFormatter(["a"], 0)(np.array([3.0]), np.array([1]), np.array([1.0]))
+    assert one == [b",3,1,1,\n"]
 
 
 def _reference_lines(path, chunk, n_fields):

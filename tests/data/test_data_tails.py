@@ -50,16 +50,19 @@ def test_write_lines_equals_reference_formatter(k, quote):
     contrib = vals[n : 5 * n].reshape(n, 4)[:, :k] if k else None
     idx = rng.integers(0, len(names), (n, k)) if k else None
     flags = rng.integers(0, 2, n)
+    # probabilities in [0, 1], with exact 0 and 1 and values near 4-digit rounding ties
+    probs = np.clip(np.abs(vals[::-1][:n]) % 1.0, 0.0, 1.0)
+    probs[:3] = [0.0, 1.0, 0.99995]
     lines = [f"{i},row {i}".encode() for i in range(n)]
     buf = b"\n".join(lines) + b"\n"
     lengths = np.array([len(ln) for ln in lines])
     ends = np.cumsum(lengths + 1) - 1
     starts = ends - lengths
     ref = ScoreTailFormatter(names, k)
-    tails = ref(scores, flags, idx, contrib)
+    tails = ref(scores, flags, probs, idx, contrib)
     expected = b"".join(ln + t for ln, t in zip(lines, tails, strict=True))
     got = write_lines(
-        np.frombuffer(buf, np.uint8), starts, ends, scores, flags, idx, contrib,
+        np.frombuffer(buf, np.uint8), starts, ends, scores, flags, probs, idx, contrib,
         [str(n).encode() for n in ref.names.tolist()], ref.quote and ref.k > 0,
     )  # fmt: skip
     assert got == expected
@@ -73,8 +76,9 @@ def test_non_finite_values_fall_back_to_the_reference(tmp_path):
     idx = np.array([[0, 1], [1, 0]])
     for scores in (np.array([1.5, 2.25]), np.array([np.nan, np.inf])):
         vals = np.array([[0.5, 0.25], [-np.inf, 1.0]]) if np.isnan(scores[0]) else idx * 1.0
-        got = fmt.block_output(block, scores, np.array([0, 1]), idx, vals)
-        assert got == block.with_tails(fmt(scores, np.array([0, 1]), idx, vals))
+        probs = np.array([0.25, 1.0])
+        got = fmt.block_output(block, scores, np.array([0, 1]), probs, idx, vals)
+        assert got == block.with_tails(fmt(scores, np.array([0, 1]), probs, idx, vals))
     assert block.lines == [b"1,2", b"3,4"]
 
 

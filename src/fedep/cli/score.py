@@ -1,5 +1,9 @@
-"""``fedep score``: append anomaly_score, is_anomaly and top_features to every row of
-a flow-record file, written as CSV.
+"""``fedep score``: append anomaly_score, is_anomaly, anomaly_probability and top_features
+to every row of a flow-record file, written as CSV.
+
+``anomaly_probability`` is ``P(anomaly)`` of the detector's ``predict_proba`` (PyOD's
+"unify" calibration on the training scores: monotone in the score, 4 significant
+digits); ``is_anomaly`` still compares the score with the threshold.
 
 A comma-separated CSV file, plain or gzip/bzip2/xz/zstd-compressed, is streamed in blocks
 (:mod:`fedep.data.stream`) and its lines are copied byte for byte; any other input (Zeek
@@ -44,7 +48,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "score",
         help="score the rows of a flow-record file",
-        description="Append anomaly_score, is_anomaly and top_features to every row of a "
+        description="Append anomaly_score, is_anomaly, anomaly_probability and top_features "
+        "to every row of a "
         "flow-record file (any supported format), streaming it in chunks; the output is CSV.",
     )
     add_model_options(p)
@@ -100,8 +105,8 @@ def top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def score_block(det, X, groups, names, k):
-    """Scores, 0/1 flags and top-feature indices/values of one block (``X``: a
-    DataFrame, or an array of the columns ``names``)."""
+    """Scores, 0/1 flags, anomaly probabilities and top-feature indices/values of one
+    block (``X``: a DataFrame, or an array of the columns ``names``)."""
     import pandas as pd
 
     frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X, columns=names, copy=False)
@@ -115,7 +120,7 @@ def score_block(det, X, groups, names, k):
         scores = det.decision_function(frame, groups)
     # predict()'s rule (score above the row's client threshold), without a second pass.
     flags = (scores > det.row_thresholds(groups, len(frame))).astype(int)
-    return scores, flags, idx, vals
+    return scores, flags, det.anomaly_probability(scores), idx, vals
 
 
 def _temp_beside(dst: Path) -> Path:
@@ -225,13 +230,15 @@ def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
     for block in _read_ahead(reader):
         groups = None if block.ids is None else client_ids(block.ids, det)
         if block.frame is None:
-            scores, flags, idx, vals = score_block(det, block.X, groups, tails_names, tails.k)
+            scores, flags, probs, idx, vals = score_block(
+                det, block.X, groups, tails_names, tails.k
+            )
         else:
             X = block.frame.set_axis(range(block.first_line, block.first_line + len(block)))
-            scores, flags, idx, vals = _score_located(
+            scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "line"
             )
-        fout.write(tails.block_output(block, scores, flags, idx, vals))
+        fout.write(tails.block_output(block, scores, flags, probs, idx, vals))
         n_anom += int(flags.sum())
     return reader.n_rows, n_anom
 
@@ -284,13 +291,13 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
             groups = client_ids(ids.to_numpy(dtype=str), det)
         if pipe is None:
             X = numeric_matrix(chunk, tails_names, src)
-            scores, flags, idx, vals = score_block(det, X, groups, tails_names, tails.k)
+            scores, flags, probs, idx, vals = score_block(det, X, groups, tails_names, tails.k)
         else:
             X = chunk.set_axis(range(n_rows + 1, n_rows + 1 + len(chunk)))
-            scores, flags, idx, vals = _score_located(
+            scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "row"
             )
-        out = chunk.assign(**tails.fields(scores, flags, idx, vals))
+        out = chunk.assign(**tails.fields(scores, flags, probs, idx, vals))
         buf = io.StringIO()
         out.to_csv(buf, header=n_rows == 0, index=False, lineterminator="\n")
         fout.write(buf.getvalue().encode("utf-8"))

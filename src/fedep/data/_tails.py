@@ -1,5 +1,5 @@
 """Compiled writer of ``fedep score``'s output lines: each input line followed by
-``,anomaly_score,is_anomaly,top_features``.
+``,anomaly_score,is_anomaly,anomaly_probability,top_features``.
 
 Formatting the numbers one Python ``%`` at a time costs about 1.4 us per row (five
 floats), more than the whole scoring; this module writes a block's output in one pass
@@ -147,9 +147,26 @@ def _put_g(out, pos, neg, m, e, p, dig):  # pragma: no cover - compiled by numba
 
 
 def _write_lines_impl(  # pragma: no cover - compiled by numba
-    buf, starts, ends, s_neg, s_m, s_e, flags, idx, v_neg, v_m, v_e, names, name_off, quote, out
+    buf,
+    starts,
+    ends,
+    s_neg,
+    s_m,
+    s_e,
+    flags,
+    p_neg,
+    p_m,
+    p_e,
+    idx,
+    v_neg,
+    v_m,
+    v_e,
+    names,
+    name_off,
+    quote,
+    out,
 ):
-    # out: line i of buf, then ",score,flag,[\"]name:val;...[\"]\n"; returns bytes used
+    # out: line i of buf, then ",score,flag,prob,[\"]name:val;...[\"]\n"; returns bytes used
     dig = np.empty(17, np.uint8)
     pos = 0
     k = idx.shape[1]
@@ -166,6 +183,8 @@ def _write_lines_impl(  # pragma: no cover - compiled by numba
             pos += 1
             f = -f
         pos = _put_int(out, pos + 1, f)
+        out[pos] = 44
+        pos = _put_g(out, pos + 1, p_neg[i], p_m[i], p_e[i], 4, dig)
         out[pos] = 44
         pos += 1
         if k > 0 and quote:
@@ -292,6 +311,7 @@ def write_lines(
     ends: np.ndarray,
     scores: np.ndarray,
     flags: np.ndarray,
+    probs: np.ndarray,
     idx: np.ndarray | None,
     vals: np.ndarray | None,
     names: list[bytes],
@@ -308,6 +328,8 @@ def write_lines(
         Each row's line is ``buf[starts[i]:ends[i]]`` (no line end).
     scores : ndarray of shape (n,)
     flags : ndarray of int, shape (n,)
+    probs : ndarray of shape (n,)
+        Anomaly probabilities (written with 4 significant digits).
     idx : ndarray of int, shape (n, k), or None (k = 0)
         Top features' indices into ``names``.
     vals : ndarray of float, shape (n, k), or None
@@ -322,18 +344,20 @@ def write_lines(
         vals = np.zeros((n, 0))
     scores = np.asarray(scores, dtype=np.float64)
     vals = np.asarray(vals, dtype=np.float64)
-    if not (np.isfinite(scores).all() and np.isfinite(vals).all()):
+    probs = np.asarray(probs, dtype=np.float64)
+    if not (np.isfinite(scores).all() and np.isfinite(vals).all() and np.isfinite(probs).all()):
         return None
     s_neg, s_m, s_e = digits(scores, 10)
+    p_neg, p_m, p_e = digits(probs, 4)
     v_neg, v_m, v_e = digits(vals, 4)
     k = idx.shape[1]
     name_off = np.zeros(len(names) + 1, np.int64)
     name_off[1:] = np.cumsum([len(b) for b in names])
     name_buf = np.frombuffer(b"".join(names) or b"\0", np.uint8)
     longest = max((len(b) for b in names), default=0)
-    # sign, 10 digits, '.', 'e-308' (18) + ',' + flag (<= 20) + 2 quotes + k names with
-    # ':' + a 4-digit %g (<= 12) + ';' + line end
-    per_row = 1 + 18 + 1 + 21 + 1 + 2 + k * (longest + 14) + 1
+    # sign, 10 digits, '.', 'e-308' (18) + ',' + flag (<= 20) + ',' + a 4-digit %g
+    # (<= 12) + ',' + 2 quotes + k names with ':' + a 4-digit %g (<= 12) + ';' + line end
+    per_row = 1 + 18 + 1 + 21 + 1 + 12 + 1 + 2 + k * (longest + 14) + 1
     used = int(np.sum(ends - starts))
     out = np.empty(used + n * per_row, np.uint8)
     pos = _write_kernel(
@@ -344,6 +368,9 @@ def write_lines(
         s_m,
         s_e,
         np.ascontiguousarray(flags, dtype=np.int64),
+        p_neg,
+        p_m,
+        p_e,
         np.ascontiguousarray(idx, dtype=np.int64),
         np.ascontiguousarray(v_neg),
         np.ascontiguousarray(v_m),

@@ -487,11 +487,12 @@ def _needs_quotes(text: str) -> bool:
 
 
 class ScoreTailFormatter:
-    """Formats ``,anomaly_score,is_anomaly,top_features\\n`` for each row of a block.
+    """Formats ``,anomaly_score,is_anomaly,anomaly_probability,top_features\\n`` per row.
 
     ``top_features`` is ``"name:value;name:value;..."`` (largest contribution first,
     values with 4 significant digits), quoted as a CSV field when a feature name needs
-    it; empty when ``k`` is 0. Scores are written with 10 significant digits.
+    it; empty when ``k`` is 0. Scores are written with 10 significant digits, the
+    anomaly probabilities with 4.
     :meth:`block_output` writes a whole block with compiled code
     (:mod:`fedep.data._tails`); :meth:`__call__` (one ``%`` format per row) is the
     reference it is tested against and the fallback for non-finite values.
@@ -504,7 +505,7 @@ class ScoreTailFormatter:
         Top features per row (at most ``len(names)``).
     """
 
-    columns = ("anomaly_score", "is_anomaly", "top_features")
+    columns = ("anomaly_score", "is_anomaly", "anomaly_probability", "top_features")
 
     def __init__(self, names: Sequence[str], k: int) -> None:
         names = [str(n) for n in names]
@@ -515,13 +516,14 @@ class ScoreTailFormatter:
         self.names = np.asarray([n.replace('"', '""') if quote else n for n in names], object)
         q = '"' if quote and self.k else ""
         tops = ";".join(["%s:%.4g"] * self.k)
-        self.fmt = f",%.10g,%d,{q}{tops}{q}\n"
+        self.fmt = f",%.10g,%d,%.4g,{q}{tops}{q}\n"
 
-    def fields(self, scores, flags, idx=None, vals=None) -> dict[str, list]:
-        """The three appended columns as values for a DataFrame (same text as
+    def fields(self, scores, flags, probs, idx=None, vals=None) -> dict[str, list]:
+        """The four appended columns as values for a DataFrame (same text as
         :meth:`__call__`; the CSV writer quotes them)."""
         score_txt = [f"{v:.10g}" for v in np.asarray(scores).tolist()]
         flag_list = np.asarray(flags).astype(int).tolist()
+        prob_txt = [f"{v:.4g}" for v in np.asarray(probs).tolist()]
         if self.k == 0:
             tops = [""] * len(score_txt)
         else:
@@ -532,10 +534,10 @@ class ScoreTailFormatter:
                 cols.append([names[i] for i in idx[:, j].tolist()])
                 cols.append(vals[:, j].tolist())
             tops = [fmt % row for row in zip(*cols, strict=True)]
-        return dict(zip(self.columns, (score_txt, flag_list, tops), strict=True))
+        return dict(zip(self.columns, (score_txt, flag_list, prob_txt, tops), strict=True))
 
-    def block_output(self, block: CsvBlock, scores, flags, idx=None, vals=None) -> bytes:
-        """``block.with_tails(self(scores, flags, idx, vals))``, written by compiled code
+    def block_output(self, block: CsvBlock, scores, flags, probs, idx=None, vals=None) -> bytes:
+        """``block.with_tails(self(scores, flags, probs, idx, vals))``, written by compiled code
         (:mod:`fedep.data._tails`: the same bytes, several times faster); the per-row
         formatting remains for non-finite values or without numba."""
         from fedep.data._tails import HAVE_KERNEL, write_lines
@@ -546,19 +548,20 @@ class ScoreTailFormatter:
                 self._name_bytes = [str(n).encode() for n in self.names.tolist()]
             buf = np.frombuffer(block.buf, np.uint8)
             out = write_lines(
-                buf, block.starts, block.ends, scores, flags,
+                buf, block.starts, block.ends, scores, flags, probs,
                 None if self.k == 0 else idx[:, : self.k],
                 None if self.k == 0 else vals[:, : self.k],
                 self._name_bytes, self.quote and self.k > 0,
             )  # fmt: skip
         if out is None:
-            out = block.with_tails(self(scores, flags, idx, vals))
+            out = block.with_tails(self(scores, flags, probs, idx, vals))
         return out
 
-    def __call__(self, scores, flags, idx=None, vals=None) -> list[bytes]:
-        """One tail per row: ``scores`` (n,), 0/1 ``flags`` (n,), and with ``k > 0`` the
+    def __call__(self, scores, flags, probs, idx=None, vals=None) -> list[bytes]:
+        """One tail per row: ``scores`` (n,), 0/1 ``flags`` (n,), anomaly probabilities
+        ``probs`` (n,), and with ``k > 0`` the
         top features' column indices ``idx`` and values ``vals``, both (n, k)."""
-        cols = [np.asarray(scores).tolist(), np.asarray(flags).tolist()]
+        cols = [np.asarray(scores).tolist(), np.asarray(flags).tolist(), np.asarray(probs).tolist()]
         for j in range(self.k):
             cols.append(self.names[idx[:, j]].tolist())
             cols.append(vals[:, j].tolist())

@@ -568,11 +568,27 @@ class BaseFederatedDetector(BaseEstimator):
         score; rows sum to 1. (A ranking-consistent score in [0, 1], not a calibrated
         posterior: ``predict`` uses ``threshold_``, not ``P > 1/2``.)
         """
-        check_is_fitted(self, "score_mean_")
-        s = self.decision_function(X, groups)
-        std = max(self.score_std_, np.finfo(float).tiny)
-        p = np.clip(erf((s - self.score_mean_) / (std * np.sqrt(2.0))), 0.0, 1.0)
+        p = self.anomaly_probability(self.decision_function(X, groups))
         return np.column_stack([1.0 - p, p])
+
+    def anomaly_probability(self, scores) -> np.ndarray:
+        """``P(anomaly)`` of :meth:`predict_proba` for scores already computed.
+
+        Parameters
+        ----------
+        scores : array-like of shape (n_samples,)
+            Scores of :meth:`decision_function` (for instance, the sums of
+            :meth:`feature_contributions`' rows, as ``fedep score`` has them).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            In [0, 1], non-decreasing in the score.
+        """
+        check_is_fitted(self, "score_mean_")
+        s = np.asarray(scores, dtype=float)
+        std = max(self.score_std_, np.finfo(float).tiny)
+        return np.clip(erf((s - self.score_mean_) / (std * np.sqrt(2.0))), 0.0, 1.0)
 
     def fit_predict(self, X, y=None, groups=None):
         """Fit, then return the 0/1 labels of the training records."""
