@@ -76,7 +76,7 @@ KINDS = (
     "label",
     "all-missing",
 )
-ACTIONS = ("keep", "log1p", "signed-log", "one-hot", "drop")
+ACTIONS = ("keep", "log1p", "signed-log", "normal-score", "one-hot", "drop")
 
 NUMERIC_PARSE_MIN = 0.99
 PATTERN_SHARE = 0.9
@@ -153,6 +153,10 @@ class ColumnDecision:
     optional : bool
         A frame lacking the column is read as all-missing instead of an error (columns
         absent at some training gateway, kept on request).
+    cdf_x, cdf_counts : tuple
+        For ``action="normal-score"``: knots of the merged training distribution
+        function (:meth:`fedep.features.LogHistogram.cdf_knots`; values and the
+        cumulative counts at them).
     """
 
     name: str
@@ -165,6 +169,8 @@ class ColumnDecision:
     hi: float | None = None
     missing_indicator: bool = False
     optional: bool = False
+    cdf_x: tuple[float, ...] = ()
+    cdf_counts: tuple[int, ...] = ()
 
     @property
     def used(self) -> bool:
@@ -186,6 +192,8 @@ class ColumnDecision:
         """JSON-able dict."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["vocabulary"] = list(self.vocabulary)
+        d["cdf_x"] = list(self.cdf_x)
+        d["cdf_counts"] = list(self.cdf_counts)
         return d
 
     @classmethod
@@ -193,6 +201,8 @@ class ColumnDecision:
         """Inverse of :meth:`to_dict`."""
         kw = dict(d)
         kw["vocabulary"] = tuple(str(v) for v in d.get("vocabulary", ()))
+        kw["cdf_x"] = tuple(float(v) for v in d.get("cdf_x", ()))
+        kw["cdf_counts"] = tuple(int(v) for v in d.get("cdf_counts", ()))
         for k in ("impute", "lo", "hi"):
             kw[k] = None if d.get(k) is None else float(d[k])
         return cls(**kw)
