@@ -39,6 +39,7 @@ __all__ = [
     "feature_set_cells",
     "FeatureSetCells",
     "make_set_detector",
+    "n_model_features",
     "select_scaling",
     "selection_cells",
     "main_cells",
@@ -92,15 +93,32 @@ class Context:
 
 # --------------------------------------------------------------------------- headline
 def make_set_detector(method: str, params: dict, seed: int = 0):
-    """:func:`make_detector`, where a ``"scaling"`` entry (``"rule"`` or
-    ``"rule:parameter"``, e.g. ``"floor:0.1"``) becomes the feature pipeline of the
-    generic path (``features=FeaturePipeline(scale_rule=..., scale_floor=...)``)."""
+    """:func:`make_detector`, where a ``"scaling"`` entry (``"[transform/]rule[:parameter]"``,
+    e.g. ``"floor:0.1"`` or ``"quantile/shrink:0.3"``) becomes the feature pipeline of the
+    generic path (``features=FeaturePipeline(numeric_transform=..., scale_rule=...,
+    scale_floor=...)``; the transform is ``"log"`` when omitted)."""
     p = dict(params)
     scaling = p.pop("scaling", None)
     if scaling is not None:
-        rule, _, value = str(scaling).partition(":")
-        p["features"] = FeaturePipeline(scale_rule=rule, scale_floor=float(value or 0.0))
+        transform, _, rule = str(scaling).rpartition("/")
+        rule, _, value = rule.partition(":")
+        p["features"] = FeaturePipeline(
+            numeric_transform=transform or "log", scale_rule=rule, scale_floor=float(value or 0.0)
+        )
     return make_detector(method, p, seed)
+
+
+def n_model_features(sp) -> int:
+    """Number of features the detectors see: the columns of a numeric split, or for a
+    split of raw tables (the generic path) the width of the automatic pipeline's
+    encoding of its training rows (fitted per gateway; the numeric transform and the
+    scale rule do not change it). Ranks must stay below it."""
+    import pandas as pd
+
+    if not isinstance(sp.X_train, pd.DataFrame):
+        return int(sp.X_train.shape[1])
+    pipe = FeaturePipeline(scale_rule=None).fit(sp.X_train, groups=sp.groups_train)
+    return len(pipe.get_feature_names_out())
 
 
 def select_best_config(
@@ -114,7 +132,7 @@ def select_best_config(
     result. ``extra`` (e.g. the generic path's chosen ``scaling``) is fixed under
     every grid point. Returns ``grid_search``'s dict plus ``grid``.
     """
-    grid = best_grid(method, best, sp.X_train.shape[1])
+    grid = best_grid(method, best, n_model_features(sp))
     sel = grid_search(
         lambda p: make_set_detector(method, p, seed),
         grid,
@@ -139,7 +157,7 @@ def select_scaling(sp, best: dict, seed: int = 0) -> dict:
     """
     grid = {
         "scaling": list(best["scalings"]),
-        "n_components": best_grid("PooledPCA", best, 10**9)["n_components"],
+        "n_components": best_grid("PooledPCA", best, n_model_features(sp))["n_components"],
     }
     sel = grid_search(
         lambda p: make_set_detector("PooledPCA", p, seed),
