@@ -50,6 +50,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from fedep.features._values import NA_CATEGORY, OTHER_CATEGORY, FeatureError
 from fedep.features.summaries import ColumnSummaries, ColumnSummary
 
@@ -203,6 +205,23 @@ class ColumnDecision:
         kw["vocabulary"] = tuple(str(v) for v in d.get("vocabulary", ()))
         kw["cdf_x"] = tuple(float(v) for v in d.get("cdf_x", ()))
         kw["cdf_counts"] = tuple(int(v) for v in d.get("cdf_counts", ()))
+        if kw.get("action") == "normal-score":
+            x = np.asarray(kw["cdf_x"], dtype=float)
+            c = np.asarray(kw["cdf_counts"], dtype=float)
+            ok = (
+                x.size >= 2
+                and c.shape == x.shape
+                and np.isfinite(x).all()
+                and bool(np.all(np.diff(x) > 0))
+                and bool(np.all(np.diff(c) >= 0))
+                and c[0] >= 0
+                and c[-1] > 0
+            )
+            if not ok:
+                raise FeatureError(
+                    f"column {d.get('name')!r}: bad normal-score knots (need >= 2 "
+                    "increasing finite values with non-decreasing counts)"
+                )
         for k in ("impute", "lo", "hi"):
             kw[k] = None if d.get(k) is None else float(d[k])
         return cls(**kw)
