@@ -199,6 +199,38 @@ def test_model_file_with_a_pipeline_parameter(flows, tmp_path):
     np.testing.assert_array_equal(back.decision_function(test), det.decision_function(test))
 
 
+def test_model_file_with_normal_scores(flows, tmp_path):
+    from sklearn.metrics import roc_auc_score
+
+    X, groups, test, y = flows
+    pipe = FeaturePipeline(numeric_transform="quantile")
+    det = _fit(_est(PooledPCA, features=pipe), X, groups)
+    acts = {d.name: d.action for d in det.features_.decisions_}
+    assert acts["orig_bytes"] == acts["resp_bytes"] == "normal-score"
+    fedep.save(det, tmp_path / "m.fedep")
+    back = fedep.load(tmp_path / "m.fedep")
+    assert back.features_.numeric_transform == "quantile"
+    np.testing.assert_array_equal(back.decision_function(test), det.decision_function(test))
+    assert roc_auc_score(y, back.decision_function(test)) > 0.9  # the byte-heavy attacks
+
+
+def _break_knots(m):
+    d = next(d for d in m["features"]["decisions"] if d["action"] == "normal-score")
+    d["cdf_x"] = d["cdf_x"][::-1]
+
+
+def test_bad_normal_score_knots_in_model_file_are_one_line(flows, tmp_path):
+    X, groups, _, _ = flows
+    det = _fit(_est(PooledPCA, features=FeaturePipeline(numeric_transform="quantile")), X, groups)
+    fedep.save(det, tmp_path / "m.fedep")
+    meta, files = read_model_file(tmp_path / "m.fedep")
+    _break_knots(meta)
+    write_model_file(tmp_path / "bad.fedep", meta, files)
+    with pytest.raises(ModelFileError, match="normal-score knots") as info:
+        fedep.load(tmp_path / "bad.fedep")
+    assert "bad.fedep" in str(info.value) and "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     "edit, match",
     [

@@ -87,3 +87,69 @@ def test_scaling_selection_uses_validation_only():
         assert v["rank"] in (2, 5) and 0.5 < v["val_roc_auc"] <= 1.0
     best_auc = max(v["val_roc_auc"] for v in a["by_scaling"].values())
     assert a["by_scaling"][a["chosen"]]["val_roc_auc"] == best_auc
+
+
+def test_set_detector_scaling_spec_and_rank_grid():
+    from fedep.evaluation.reproduce.config import best_grid
+    from fedep.evaluation.reproduce.plan import make_set_detector
+
+    det = make_set_detector("PooledPCA", {"n_components": 3, "scaling": "quantile/shrink:0.3"})
+    assert det.features.get_params()["numeric_transform"] == "quantile"
+    assert (det.features.scale_rule, det.features.scale_floor) == ("shrink", 0.3)
+    det = make_set_detector("PooledPCA", {"n_components": 3, "scaling": "floor:0.1"})
+    assert det.features.numeric_transform == "log" and det.features.scale_floor == 0.1
+    best = {"ranks": [5, 10, 40, 60, 80], "max_rank": {"FedEP": 40}, "alphas": [1.0]}
+    assert best_grid("FedEP", best, 173)["n_components"] == [5, 10, 40]
+    assert best_grid("PooledPCA", best, 173)["n_components"] == [5, 10, 40, 60, 80]
+    assert best_grid("FedPG", best, 60)["n_components"] == [5, 10, 40]  # below n_features
+    assert best_grid("FedEP", best, 4)["n_components"] == [3]
+
+
+def test_n_model_features_counts_the_encoding():
+    import dataclasses
+
+    import pandas as pd
+
+    from fedep.evaluation.reproduce import synthetic_split
+    from fedep.evaluation.reproduce.plan import n_model_features
+
+    sp = synthetic_split(1)
+    assert n_model_features(sp) == sp.X_train.shape[1]
+    df = pd.DataFrame(sp.X_train[:, :3], columns=["a", "b", "c"])
+    df["proto"] = np.where(sp.X_train[:, 0] > 0, "tcp", "udp")
+    sp = dataclasses.replace(sp, X_train=df)
+    assert n_model_features(sp) == 3 + 3  # two categories and <other>
+
+
+def test_scaling_selection_equals_the_plain_grid_over_pipeline_detectors():
+    # select_scaling fits each scaling's pipeline once; the validation ROC AUCs are those
+    # of PooledPCA(features=pipeline) fitted per grid point.
+    import dataclasses
+
+    import pandas as pd
+
+    from fedep.evaluation.reproduce import synthetic_split
+    from fedep.evaluation.reproduce.plan import make_set_detector, select_scaling
+    from fedep.evaluation.selection import grid_search
+
+    sp = synthetic_split(5)
+    frame = lambda X: pd.DataFrame(np.exp(X), columns=[f"c{j}" for j in range(X.shape[1])])  # noqa: E731
+    sp = dataclasses.replace(sp, X_train=frame(sp.X_train), X_val=frame(sp.X_val))
+    best = {"ranks": [2, 6], "scalings": ["floor:0.1", "quantile/shrink:0.3"]}
+    fast = select_scaling(sp, best, seed=0)
+    grid = {"scaling": best["scalings"], "n_components": best["ranks"]}
+    slow = grid_search(
+        lambda p: make_set_detector("PooledPCA", p, 0),
+        grid,
+        sp.X_train,
+        sp.groups_train,
+        sp.X_val,
+        sp.y_val,
+    )
+    assert [r["params"] for r in fast["results"]] == [r["params"] for r in slow["results"]]
+    np.testing.assert_allclose(
+        [r["val_roc_auc"] for r in fast["results"]],
+        [r["val_roc_auc"] for r in slow["results"]],
+        rtol=1e-9,
+    )
+    assert fast["best_params"] == slow["best_params"]

@@ -117,7 +117,14 @@ def test_dict_round_trip_identical_transform(fitted):
     assert list(back.get_feature_names_out()) == list(pipe.get_feature_names_out())
     assert back.get_params() == {**pipe.get_params()}
     with pytest.raises(FeatureError, match="version"):
-        FeaturePipeline.from_dict({**pipe.to_dict(), "version": 2})
+        FeaturePipeline.from_dict({**pipe.to_dict(), "version": 3})
+    # a version-1 dict (no numeric_transform, no distribution knots) still loads
+    old = json.loads(blob)
+    old["version"] = 1
+    del old["params"]["numeric_transform"]
+    for d in old["decisions"]:
+        del d["cdf_x"], d["cdf_counts"]
+    np.testing.assert_array_equal(FeaturePipeline.from_dict(old).transform(df), pipe.transform(df))
 
 
 def test_gateway_lacking_a_column():
@@ -244,3 +251,94 @@ def test_transform_leaves_the_input_frame_unchanged(fitted):
     Z = pipe.transform(messy)
     pd.testing.assert_frame_equal(messy, before)
     assert np.isfinite(Z).all()
+
+
+# --------------------------------------------------------------------------- normal scores
+def _quantile_table(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "bytes": np.round(rng.lognormal(5, 2, n)),  # heavy-tailed counts
+            "x": rng.normal(3, 2, n),  # signed, light-tailed
+            "dur": rng.exponential(1.0, n) * (rng.uniform(size=n) < 0.6),  # 40 % zeros
+            "flag": rng.integers(0, 2, n),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def quantile_fitted():
+    df = _quantile_table(6000, seed=3)
+    groups = np.random.default_rng(4).integers(0, 3, len(df))
+    pipe = FeaturePipeline(numeric_transform="quantile", scale_rule=None)
+    return pipe.fit(df, groups=groups), df, groups
+
+
+def test_normal_scores_match_sklearn_quantile_transformer(quantile_fitted):
+    """Independent reference: sklearn's QuantileTransformer on the pooled rows. Our
+    distribution function is exact at the sketch's bin edges and linear inside a bin,
+    so it is within the largest bin's share of rows (plus one row) of the empirical one."""
+    from scipy.special import ndtr
+    from sklearn.preprocessing import QuantileTransformer
+
+    pipe, df, _ = quantile_fitted
+    names = list(pipe.get_feature_names_out())
+    E = pipe.encode(df)
+    for col in ("bytes", "x"):
+        d = next(d for d in pipe.decisions_ if d.name == col)
+        assert d.action == "normal-score"
+        n = d.cdf_counts[-1]
+        assert n == len(df)
+        sk = pipe.summary_.columns[col].sketch
+        biggest = max([*sk.pos.values(), *sk.neg.values()]) / n
+        qt = QuantileTransformer(n_quantiles=len(df), output_distribution="normal")
+        ref = qt.fit_transform(df[[col]].to_numpy(float))[:, 0]
+        err = np.abs(ndtr(E[:, names.index(col)]) - ndtr(ref))
+        assert err.max() <= biggest + 1.0 / n, (col, err.max(), biggest)
+        assert biggest < 0.1  # the bound says something
+    # the zero atom sits at its mid-rank: Phi^-1(share of zeros / 2)
+    zero = df["dur"].to_numpy() == 0
+    z0 = E[zero, names.index("dur")]
+    np.testing.assert_allclose(z0, ndtri_(zero.mean() / 2), atol=0.01)
+    # 0/1 columns stay 0/1
+    assert next(d for d in pipe.decisions_ if d.name == "flag").action == "keep"
+    assert set(np.unique(E[:, names.index("flag")])) == {0.0, 1.0}
+
+
+def ndtri_(p):
+    from scipy.special import ndtri
+
+    return ndtri(p)
+
+
+def test_normal_scores_monotone_bounded_and_federated(quantile_fitted):
+    pipe, df, groups = quantile_fitted
+    pooled = FeaturePipeline(numeric_transform="quantile", scale_rule=None).fit(df)
+    assert [d.to_dict() for d in pipe.decisions_] == [d.to_dict() for d in pooled.decisions_]
+    probe = df.iloc[:5].copy()
+    probe["bytes"] = [-1.0, 0.0, 10.0, 1e12, np.inf]
+    probe["x"] = [-1e9, -5.0, 0.0, 5.0, 1e9]
+    E = pipe.encode(probe)
+    names = list(pipe.get_feature_names_out())
+    for col in ("bytes", "x"):
+        z = E[:, names.index(col)]
+        assert np.all(np.isfinite(z)) and np.all(np.diff(z) >= 0), (col, z)
+        bound = ndtri_(1 - 0.5 / len(df))
+        assert np.abs(z).max() <= bound + 1e-12
+    # beyond the training range: the most extreme score
+    assert E[3, names.index("bytes")] == pytest.approx(ndtri_(1 - 0.5 / len(df)))
+    # the knots travel in the dict (as over Flower and in model files): same transform
+    back = FeaturePipeline.from_dict(json.loads(json.dumps(pipe.to_dict())))
+    np.testing.assert_array_equal(back.encode(df), pipe.encode(df))
+
+
+def test_normal_scores_scaled_pipeline_end_to_end():
+    df = _quantile_table(3000, seed=8)
+    pipe = FeaturePipeline(numeric_transform="quantile").fit(df)
+    Z = pipe.transform(df)
+    names = list(pipe.get_feature_names_out())
+    j = names.index("bytes")
+    # a continuous column's normal score is close to standard normal already
+    assert abs(Z[:, j].std() - 1.0) < 0.05 and abs(Z[:, j].mean()) < 1e-9
+    with pytest.raises(FeatureError, match="numeric_transform"):
+        FeaturePipeline(numeric_transform="rank").fit(df)

@@ -201,3 +201,17 @@ def test_numeric_category_view_equals_per_row_reference(keep):
         assert cs.n_null == len(s) - int(cnt.sum()) and cs.n_token == 0
         assert cs.distinct.hashes == KMV.of([str(u) for u in uniq]).hashes
         assert cs.truncated == (len(uniq) > keep)
+
+
+def test_cdf_knots_are_the_empirical_distribution_at_bin_edges():
+    rng = np.random.default_rng(11)
+    v = np.concatenate([-rng.lognormal(0, 1, 300), np.zeros(200), rng.lognormal(2, 2, 1500)])
+    sk = LogHistogram(32).add(v)
+    x, c = sk.cdf_knots()
+    assert np.all(np.diff(x) > 0) and np.all(np.diff(c) >= 0) and c[-1] == len(v)
+    # at a bin edge (not the zero atom) the count is exactly the number of values below
+    for xi, ci in zip(x, c, strict=True):
+        if xi != 0:
+            assert ci == int((v < xi).sum()), xi
+    assert c[x == 0][0] == 300 + 100  # mid-rank of the zero atom
+    assert LogHistogram(32).cdf_knots()[0].size == 0

@@ -285,17 +285,28 @@ def test_pipeline_options_reach_the_federation(tmp_path):
     # Run-config keys of the pipeline (derived from its parameters) change the
     # decisions and the scaling exactly as the same FeaturePipeline in-process.
     cfgs = _gateway_files(tmp_path)
-    opts = {"exclude": "conn_state,duration", "scale-rule": "shrink", "scale-floor": 0.3}
+    opts = {
+        "exclude": "conn_state,duration",
+        "scale-rule": "shrink",
+        "scale-floor": 0.3,
+        "numeric-transform": "quantile",
+    }
     res, _ = run_local(cfgs, {**RUN, **opts})
     frames = [load_gateway_table(c)[0] for c in cfgs]
     df = pd.concat(frames, ignore_index=True, sort=False)
     groups = np.repeat(LABELS, [len(f) for f in frames])
-    pipe = FeaturePipeline(exclude=["conn_state", "duration"], scale_rule="shrink", scale_floor=0.3)
+    pipe = FeaturePipeline(
+        exclude=["conn_state", "duration"],
+        scale_rule="shrink",
+        scale_floor=0.3,
+        numeric_transform="quantile",
+    )
     det = FedEP(n_components=2, n_rounds=4, tol=0.0, random_state=0, features=pipe)
     det.fit(df, groups=groups)
     fl = FeaturePipeline.from_dict(res.features)
     acts = {d.name: d.action for d in fl.decisions_}
     assert acts["conn_state"] == acts["duration"] == "drop"
+    assert acts["orig_bytes"] == "normal-score"  # knots from the merged sketches
     assert [d.to_dict() for d in fl.decisions_] == [d.to_dict() for d in det.features_.decisions_]
     np.testing.assert_allclose(fl.scale_, det.features_.scale_, rtol=1e-12, atol=1e-12)
     assert projector_distance(res.components.T, det.components_.T) <= 1e-8

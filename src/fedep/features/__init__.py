@@ -3,9 +3,11 @@
 Gateways summarise their own records (:func:`summarize_columns`); the server merges the
 summaries (:func:`merge_summaries`), decides what each column becomes
 (:func:`decide_columns`: log1p for heavy-tailed counts, one-hot for small-vocabulary
-text, identifiers/addresses/timestamps/labels excluded, ...) and fits a centring and
-scaling from merged moments (:func:`federated_scale`). :class:`FeaturePipeline` wraps
-it all as a scikit-learn transformer whose ``fit(X, groups=...)`` never pools rows.
+text, identifiers/addresses/timestamps/labels excluded, ...; optionally normal scores
+of the numeric columns from the merged quantile sketches, :func:`normal_scores`) and
+fits a centring and scaling from merged moments (:func:`federated_scale`).
+:class:`FeaturePipeline` wraps it all as a scikit-learn transformer whose
+``fit(X, groups=...)`` never pools rows.
 """
 
 from fedep.features._values import MISSING_TOKENS, FeatureError
@@ -15,7 +17,7 @@ from fedep.features.decide import (
     decide_columns,
     format_decisions,
 )
-from fedep.features.pipeline import FeaturePipeline
+from fedep.features.pipeline import NUMERIC_TRANSFORMS, FeaturePipeline, normal_scores
 from fedep.features.scaling import (
     DEFAULT_SCALING_CANDIDATES,
     SCALE_RULES,
@@ -37,6 +39,7 @@ __all__ = [
     "KMV",
     "MISSING_TOKENS",
     "NAME_HINTS",
+    "NUMERIC_TRANSFORMS",
     "SCALE_RULES",
     "ColumnDecision",
     "ColumnSummaries",
@@ -50,5 +53,6 @@ __all__ = [
     "federated_scale",
     "format_decisions",
     "merge_summaries",
+    "normal_scores",
     "summarize_columns",
 ]

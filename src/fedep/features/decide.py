@@ -50,6 +50,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from fedep.features._values import NA_CATEGORY, OTHER_CATEGORY, FeatureError
 from fedep.features.summaries import ColumnSummaries, ColumnSummary
 
@@ -76,7 +78,7 @@ KINDS = (
     "label",
     "all-missing",
 )
-ACTIONS = ("keep", "log1p", "signed-log", "one-hot", "drop")
+ACTIONS = ("keep", "log1p", "signed-log", "normal-score", "one-hot", "drop")
 
 NUMERIC_PARSE_MIN = 0.99
 PATTERN_SHARE = 0.9
@@ -153,6 +155,10 @@ class ColumnDecision:
     optional : bool
         A frame lacking the column is read as all-missing instead of an error (columns
         absent at some training gateway, kept on request).
+    cdf_x, cdf_counts : tuple
+        For ``action="normal-score"``: knots of the merged training distribution
+        function (:meth:`fedep.features.LogHistogram.cdf_knots`; values and the
+        cumulative counts at them).
     """
 
     name: str
@@ -165,6 +171,8 @@ class ColumnDecision:
     hi: float | None = None
     missing_indicator: bool = False
     optional: bool = False
+    cdf_x: tuple[float, ...] = ()
+    cdf_counts: tuple[int, ...] = ()
 
     @property
     def used(self) -> bool:
@@ -186,6 +194,8 @@ class ColumnDecision:
         """JSON-able dict."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["vocabulary"] = list(self.vocabulary)
+        d["cdf_x"] = list(self.cdf_x)
+        d["cdf_counts"] = list(self.cdf_counts)
         return d
 
     @classmethod
@@ -193,6 +203,25 @@ class ColumnDecision:
         """Inverse of :meth:`to_dict`."""
         kw = dict(d)
         kw["vocabulary"] = tuple(str(v) for v in d.get("vocabulary", ()))
+        kw["cdf_x"] = tuple(float(v) for v in d.get("cdf_x", ()))
+        kw["cdf_counts"] = tuple(int(v) for v in d.get("cdf_counts", ()))
+        if kw.get("action") == "normal-score":
+            x = np.asarray(kw["cdf_x"], dtype=float)
+            c = np.asarray(kw["cdf_counts"], dtype=float)
+            ok = (
+                x.size >= 2
+                and c.shape == x.shape
+                and np.isfinite(x).all()
+                and bool(np.all(np.diff(x) > 0))
+                and bool(np.all(np.diff(c) >= 0))
+                and c[0] >= 0
+                and c[-1] > 0
+            )
+            if not ok:
+                raise FeatureError(
+                    f"column {d.get('name')!r}: bad normal-score knots (need >= 2 "
+                    "increasing finite values with non-decreasing counts)"
+                )
         for k in ("impute", "lo", "hi"):
             kw[k] = None if d.get(k) is None else float(d[k])
         return cls(**kw)

@@ -201,6 +201,48 @@ class LogHistogram:
             both[k] = both.get(k, 0) + c
         return self._walk([(self._rep(k), both[k]) for k in sorted(both)], q)
 
+    def cdf_knots(self) -> tuple[np.ndarray, np.ndarray]:
+        """Knots of a piecewise-linear distribution function of the sketched values.
+
+        Each non-empty bin ``[lo, hi)`` contributes the knots ``(lo, count below)`` and
+        ``(hi, count below + its count)`` (its values spread evenly across it); the zero
+        bin is an atom, one knot ``(0, count below + half its count)`` (mid-rank, so
+        that the most common value of a sparse count sits at the middle of its mass).
+        Between bins the function is interpolated linearly. Within a bin it is within
+        the bin's count of the empirical distribution function.
+
+        Returns
+        -------
+        x : ndarray of shape (n_knots,)
+            Strictly increasing values.
+        counts : ndarray of shape (n_knots,), int64
+            Number of values at or below each knot (cumulative; the last is
+            :attr:`count`, halves of the zero atom rounded down).
+        """
+        B = self.bins_per_decade
+        xs: list[float] = []
+        cs: list[float] = []
+        cum = 0.0
+        for k in sorted(self.neg, reverse=True):  # most negative first
+            xs += [-(10.0 ** ((k + 1) / B)), -(10.0 ** (k / B))]
+            cs += [cum, cum + self.neg[k]]
+            cum += self.neg[k]
+        if self.zero:
+            xs.append(0.0)
+            cs.append(cum + self.zero / 2.0)
+            cum += self.zero
+        for k in sorted(self.pos):
+            xs += [10.0 ** (k / B), 10.0 ** ((k + 1) / B)]
+            cs += [cum, cum + self.pos[k]]
+            cum += self.pos[k]
+        x, c = np.asarray(xs, dtype=float), np.asarray(cs, dtype=float)
+        if x.size == 0:
+            return x, c.astype(np.int64)
+        # adjacent bins share an edge with the same count: keep one knot per value
+        keep = np.ones(x.size, dtype=bool)
+        keep[1:] = x[1:] > x[:-1]
+        return x[keep], np.floor(c[keep]).astype(np.int64)
+
     def to_dict(self) -> dict:
         """JSON-able form (bin keys as sorted int lists)."""
         ps, ns = sorted(self.pos), sorted(self.neg)

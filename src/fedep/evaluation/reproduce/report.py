@@ -159,8 +159,10 @@ def feature_sets_section(res: dict) -> list[str]:
     L.append(format_metrics_table(rows))
     if fs.get("scaling"):
         L.append(
-            "\nGeneric path, scaling of the encoded features (`FeaturePipeline(scale_rule, "
-            "scale_floor)`, see `fedep.features.federated_scale`): validation ROC AUC of "
+            "\nGeneric path, numeric transform and scaling of the encoded features "
+            "(`transform/rule:parameter`: `FeaturePipeline(numeric_transform, scale_rule, "
+            "scale_floor)`, transform `log` when omitted, `quantile` = normal scores from "
+            "the merged sketches; see `fedep.features.federated_scale`): validation ROC AUC of "
             "PooledPCA at its best rank for each rule; the rule with the best validation "
             "ROC AUC (marked) is used by every method. Test data play no part.\n"
         )
