@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedep.core import _kernels as K
+from fedep.core._kernels.wstep import LAPACK_MIN_UNKNOWNS
 from fedep.core.stiefel import project_tangent, random_stiefel, retract_polar, retract_qr
 
 
@@ -56,6 +57,31 @@ def test_cholesky_solve_and_its_refusal():
     w = np.ones(5)
     K._lu_solve(M.copy(), w)
     assert np.allclose(M @ w, np.ones(5), atol=1e-10)
+
+
+def test_solves_from_lapack_min_unknowns_match_numpy_and_refuse_alike():
+    # The LAPACK branch of the same two solvers (m >= LAPACK_MIN_UNKNOWNS).
+    m = LAPACK_MIN_UNKNOWNS + 30
+    rng = np.random.default_rng(4)
+    B = rng.standard_normal((m, m))
+    S = B @ B.T + 0.1 * np.eye(m)
+    x = rng.standard_normal(m)
+    lower_only = np.tril(S)  # the upper triangle is not read
+    y = x.copy()
+    assert K._cholesky_solve(lower_only, y)
+    np.testing.assert_allclose(y, np.linalg.solve(S, x), rtol=1e-8, atol=1e-8)
+    negative_pivot = S.copy()
+    negative_pivot[5, 5] = -1.0
+    indefinite = S.copy()  # positive diagonal, a 2 x 2 minor < 0: LAPACK's refusal
+    indefinite[6, 5] = indefinite[5, 6] = 10.0 * np.sqrt(S[5, 5] * S[6, 6])
+    for bad in (negative_pivot, indefinite):
+        z = x.copy()
+        assert not K._cholesky_solve(bad, z)
+        assert np.array_equal(z, x)  # untouched on refusal
+    M = rng.standard_normal((m, m))
+    w = x.copy()
+    K._lu_solve(M.copy(), w)
+    np.testing.assert_allclose(M @ w, x, atol=1e-8)
 
 
 def test_pick_dispatch(monkeypatch):

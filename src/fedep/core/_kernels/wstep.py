@@ -169,15 +169,21 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
             Aext[k * r + q] = acc
             Aext[q * r + k] = acc
             p += 1
-    for q in range(m):
-        uq = UT[q]
-        for p in range(q, m):
-            up = UT[p]
-            acc = 0.0
-            for i in range(n):
-                acc += uq[i] * up[i]
-            J[q, p] = 2.0 * acc * wgt[p]
-            J[p, q] = 2.0 * acc * wgt[q]
+    if m >= LAPACK_MIN_UNKNOWNS:
+        gram = UT @ UT.T  # BLAS
+        for q in range(m):
+            for p in range(m):
+                J[q, p] = 2.0 * gram[q, p] * wgt[p]
+    else:
+        for q in range(m):
+            uq = UT[q]
+            for p in range(q, m):
+                up = UT[p]
+                acc = 0.0
+                for i in range(n):
+                    acc += uq[i] * up[i]
+                J[q, p] = 2.0 * acc * wgt[p]
+                J[p, q] = 2.0 * acc * wgt[q]
     for q in range(m):
         for p in range(m):
             tq = T1[q, p]
@@ -185,11 +191,21 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
             J[q, p] = t * (J[q, p] + sc[p] * v)
 
 
+# From this many Newton unknowns m = r(r+1)/2 (rank 15) the SSN's dense work, the m x m
+# Gram matrix of the Jacobian (m^2 n) and its Cholesky factorisation (m^3 / 3), goes to
+# BLAS / LAPACK: below it their per-call set-up costs more than the loops; above it the
+# loops cost seconds per round at rank 60 (m = 1830) where LAPACK takes a fraction.
+LAPACK_MIN_UNKNOWNS = 120
+
+
 def _lu_solve(M, x):  # pragma: no cover - compiled
     # Gaussian elimination with partial pivoting, in place (M is overwritten, x
     # becomes the solution). LAPACK's per-call set-up costs more than the whole
     # elimination at these sizes (m <= 36 for r <= 8).
     m = x.size
+    if m >= LAPACK_MIN_UNKNOWNS:
+        x[:] = np.linalg.solve(M, x)  # LAPACK gesv: LU with partial pivoting
+        return
     for k in range(m):
         piv = k
         big = abs(M[k, k])
@@ -223,19 +239,31 @@ def _cholesky_solve(S, x):  # pragma: no cover - compiled
     # overwritten by its factor), y into x. Returns False, x untouched, if a pivot is
     # not positive.
     m = x.size
-    for j in range(m):
-        acc = S[j, j]
-        for k in range(j):
-            acc -= S[j, k] * S[j, k]
-        if not acc > 0.0:
+    if m >= LAPACK_MIN_UNKNOWNS:
+        for i in range(m):  # LAPACK reads one triangle; make it the lower one
+            for j in range(i + 1, m):
+                S[i, j] = S[j, i]
+        for j in range(m):
+            if not S[j, j] > 0.0:
+                return False
+        try:
+            S[:, :] = np.linalg.cholesky(S)
+        except Exception:  # not positive definite
             return False
-        piv = np.sqrt(acc)
-        S[j, j] = piv
-        for i in range(j + 1, m):
-            acc = S[i, j]
+    else:
+        for j in range(m):
+            acc = S[j, j]
             for k in range(j):
-                acc -= S[i, k] * S[j, k]
-            S[i, j] = acc / piv
+                acc -= S[j, k] * S[j, k]
+            if not acc > 0.0:
+                return False
+            piv = np.sqrt(acc)
+            S[j, j] = piv
+            for i in range(j + 1, m):
+                acc = S[i, j]
+                for k in range(j):
+                    acc -= S[i, k] * S[j, k]
+                S[i, j] = acc / piv
     for i in range(m):
         acc = x[i]
         for k in range(i):
