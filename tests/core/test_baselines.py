@@ -23,6 +23,22 @@ def test_oneshot_with_full_sketch_equals_pooled_pca():
     assert projector_distance(exact, pooled_pca(np.vstack(blocks), 3)) <= 1e-10
 
 
+def test_client_sketch_of_tall_and_wide_blocks_matches_the_svd():
+    # Tall blocks take the Gram route, wide ones the SVD: both are U_k Sigma_k of X^T.
+    rng = np.random.default_rng(5)
+    for N in (3, 8, 16, 200):  # below, at and above 2 n
+        X = rng.standard_normal((N, 8)) * 0.6 ** np.arange(8)
+        _, sv, vt = np.linalg.svd(X, full_matrices=False)
+        for k in (1, 3, 8):
+            B = client_sketch(X, k)
+            kk = min(k, sv.size)
+            assert B.shape == (8, kk)
+            np.testing.assert_allclose(np.linalg.norm(B, axis=0), sv[:kk], rtol=1e-9)
+            assert projector_distance(np.linalg.qr(B)[0], vt[:kk].T) <= 1e-8
+            best = (vt[:kk].T * sv[:kk] ** 2) @ vt[:kk]
+            np.testing.assert_allclose(B @ B.T, best, atol=1e-9 * sv[0] ** 2)
+
+
 def test_local_pca_is_each_clients_svd():
     rng = np.random.default_rng(1)
     blocks = [rng.standard_normal((50, 6)) * rng.uniform(0.2, 2, 6) for _ in range(3)]

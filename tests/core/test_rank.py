@@ -172,3 +172,14 @@ def test_given_rank_is_kept_with_its_reason():
     D = make_federated_data(n_clients=3, n_features=12, n_samples=60, random_state=0)
     det = PooledPCA(n_components=4).fit(D.X_train, groups=D.groups_train)
     assert det.n_components_ == 4 and det.rank_reason_ == "r=4: n_components=4 given"
+
+
+def test_client_gram_in_slices_equals_the_gram_of_the_standardised_records():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((1003, 6)) * [1, 2, 3, 4, 5, 6] + 10.0
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    Z = (X - mean) / scale
+    for rows in (1, 100, 1003, 5000):  # one row, ragged last slice, exact, one slice
+        G = client_gram(X, mean, scale, block_rows=rows)
+        np.testing.assert_allclose(G, Z.T @ Z, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(client_gram(Z), Z.T @ Z, rtol=1e-12, atol=1e-9)

@@ -41,7 +41,22 @@ def client_sketch(X: np.ndarray, k: int) -> np.ndarray:
     ndarray of shape (n, min(k, n, N_i))
         Left singular vectors of ``X^T`` scaled by their singular values; its Gram
         ``sketch sketch^T`` is the best rank-k approximation of ``X^T X``.
+
+    Notes
+    -----
+    A tall block (``N_i >= 2 n``, a gateway's usual shape) takes the singular pairs
+    from the eigendecomposition of its n x n Gram matrix: the SVD of ``X`` would hold an
+    N_i x n ``U`` and LAPACK's copy of ``X`` beside the records (twice the data again, the
+    peak of a large fit). Squaring loses the relative accuracy of singular values below
+    ``sqrt(eps)`` of the largest, directions that carry no variance worth a basis.
     """
+    X = np.asarray(X, dtype=float)
+    N, n = X.shape
+    if N >= 2 * n:
+        lam, V = np.linalg.eigh(X.T @ X)
+        s = np.sqrt(np.clip(lam[::-1], 0.0, None))
+        k = min(k, n)
+        return V[:, ::-1][:, :k] * s[:k]
     _, s, vt = np.linalg.svd(X, full_matrices=False)
     k = min(k, s.size)
     return vt[:k].T * s[:k]

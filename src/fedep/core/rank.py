@@ -74,16 +74,39 @@ class RankChoice:
     n_above: int
 
 
-def client_gram(Z: np.ndarray) -> np.ndarray:
+def client_gram(
+    X: np.ndarray,
+    mean: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    *,
+    block_rows: int = 65_536,
+) -> np.ndarray:
     """What a client sends: ``Z^T Z`` of its standardised records, shape (n, n).
+
+    ``Z = (X - mean) / scale`` is formed ``block_rows`` records at a time, so no
+    standardised copy of all the client's records is made (a gateway of millions of
+    records would otherwise hold its data twice).
 
     Parameters
     ----------
-    Z : ndarray of shape (N_i, n)
-        The client's records, standardised and centred at the global mean.
+    X : ndarray of shape (N_i, n)
+        The client's records.
+    mean, scale : ndarray of shape (n,), optional
+        The global centring and scale (None: ``X`` is already standardised).
+    block_rows : int, default=65536
+        Records per block.
     """
-    Z = np.asarray(Z, dtype=float)
-    return Z.T @ Z
+    X = np.asarray(X)
+    n = X.shape[1]
+    G = np.zeros((n, n))
+    for i in range(0, X.shape[0], block_rows):
+        Z = np.asarray(X[i : i + block_rows], dtype=float)
+        if mean is not None:
+            Z = Z - mean
+        if scale is not None:
+            Z = Z / scale
+        G += Z.T @ Z
+    return G
 
 
 @lru_cache(maxsize=256)

@@ -179,8 +179,7 @@ class BaseFederatedDetector(BaseEstimator):
         del X  # the blocks hold the rows (views of X where they can): one copy, not two
         t0 = time.perf_counter()
         mean, scale, constant = self._standardization(blocks, pipe)
-        # One client's standardised block at a time: no standardised copy of all records.
-        self.n_components_, reason = self._choose_rank((b - mean) / scale for b in blocks)
+        self.n_components_, reason = self._choose_rank(blocks, mean, scale)
         records = LocalRecords(blocks)
 
         def fit_kept(mean, scale, V):
@@ -206,21 +205,23 @@ class BaseFederatedDetector(BaseEstimator):
         self._process_decision_scores(None, Z, order)
         return self
 
-    def _choose_rank(self, blocks) -> tuple[int, str]:
+    def _choose_rank(self, blocks, mean, scale) -> tuple[int, str]:
         """The rank and why: ``n_components``, or for ``"auto"`` the optimal hard
         threshold of the merged spectrum (:func:`fedep.core.rank.choose_rank`).
 
         Each client sends the Gram matrix of its standardised records (n_features x
         n_features; no record); the server sums them. ``blocks`` (iterable of (N_i,
-        n_features)) are standardised and centred at the global mean.
+        n_features)) are the clients' records, ``mean`` / ``scale`` (n_features,) the
+        global standardisation; the Gram matrices are formed a slice of records at a
+        time (:func:`fedep.core.rank.client_gram`), never a standardised copy.
         """
         if self.n_components != "auto":
             r = int(self.n_components)
             return r, f"r={r}: n_components={r} given"
         cap, why = self._rank_cap()
         gram, counts = 0.0, []
-        for b in blocks:  # an iterable: each block may be made on the fly and dropped
-            gram = gram + client_gram(b)
+        for b in blocks:
+            gram = gram + client_gram(b, mean, scale)
             counts.append(b.shape[0])
         choice = choose_rank(
             gram,

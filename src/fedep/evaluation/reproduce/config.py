@@ -136,9 +136,10 @@ MODES: dict[str, dict[str, Any]] = {
             # are skipped) ...
             "ranks": [5, 10, 20, 30, 40, 60, 80],
             # ... except for FedEP, whose W-step solves a dense Newton system of
-            # r(r+1)/2 unknowns per client: one round takes ~1 s at rank 40 but ~10 s
-            # at rank 60 on TON-IoT (20 gateways, 1 core), so its grid stops at 40.
-            "max_rank": {"FedEP": 40},
+            # r(r+1)/2 unknowns per client (LAPACK from rank 15, benchmarks/
+            # bench_wstep.py: 0.56 s per client-step at rank 60, 2.4 s at rank 80, one
+            # core), so its grid stops at 60.
+            "max_rank": {"FedEP": 60},
             "alphas": [1.0, 4.0],
             "n_rounds": 30,
             "tol": 1e-4,

@@ -265,10 +265,9 @@ def gram(msg: Message, context: Context) -> Message:
     except ValueError as exc:
         return _data_error(msg, exc, context)
     std = arrays_of(msg.content["std"])
-    Z = (X - std["mean"]) / std["scale"]
     content = RecordDict(
         {
-            "gram": to_array_record(G=client_gram(Z)),
+            "gram": to_array_record(G=client_gram(X, std["mean"], std["scale"])),
             "count": MetricRecord({"count": int(X.shape[0])}),
             "client": ConfigRecord({"label": meta["label"]}),
         }
