@@ -86,18 +86,6 @@ def _check_groups(groups, n: int) -> np.ndarray:
     return groups
 
 
-def _release_arrow_memory() -> None:
-    """Return the memory pyarrow's allocator holds but no longer uses to the OS.
-
-    Tables read by pyarrow (and pandas' Arrow-backed columns) live in pyarrow's memory
-    pool, which keeps freed pages resident for reuse: once a large table is encoded and
-    dropped, that is the size of the table in resident memory beside the float matrix.
-    """
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-
-
 class BaseFederatedDetector(BaseEstimator):
     """Shared machinery: validation, federated standardisation, scoring, thresholds.
 
@@ -171,7 +159,9 @@ class BaseFederatedDetector(BaseEstimator):
         self._validate_params()
         X, pipe, names_in = self._fit_input(X, groups)
         if pipe is not None:
-            _release_arrow_memory()  # the encoded table (when the caller let it go)
+            from fedep.data.readers.frames import release_arrow_memory
+
+            release_arrow_memory()  # the encoded table (when the caller let it go)
         if self.n_components != "auto" and self.n_components > X.shape[1]:
             raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
         rng = np.random.default_rng(self.random_state)

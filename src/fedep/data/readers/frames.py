@@ -68,8 +68,19 @@ def _to_pandas(
     if release:
         # give the converted Arrow buffers back to the OS now (the pool would keep them
         # resident beside the DataFrame)
-        pa.default_memory_pool().release_unused()
+        release_arrow_memory()
     return df
+
+
+def release_arrow_memory() -> None:
+    """Return the memory pyarrow's allocator holds but no longer uses to the OS.
+
+    Tables read by pyarrow (and pandas' Arrow-backed columns) live in pyarrow's memory
+    pool, which keeps freed pages resident for reuse: once a large table is converted
+    or encoded and dropped, that is the size of the table in resident memory beside
+    what replaced it.
+    """
+    pa.default_memory_pool().release_unused()
 
 
 def _rechunk(frames: Iterable[pd.DataFrame], chunksize: int) -> Iterator[pd.DataFrame]:
