@@ -109,8 +109,14 @@ def test_trimming_over_flower_is_the_inprocess_fit(tmp_path, method, cls, params
         m = load(tmp_path / f"gw-{i}.fedep")
         assert projector_distance(m.client_components_[0].T, det.client_components_[i].T) <= 1e-8
         g = np.full(len(Xs[i]), i)
+        # the gateway's model knows its file's column names: give it a frame
+        Xi = (
+            Xs[i]
+            if isinstance(Xs[i], pd.DataFrame)
+            else pd.DataFrame(Xs[i], columns=m.feature_names_in_)
+        )
         np.testing.assert_allclose(
-            m.decision_function(Xs[i], groups=g),
+            m.decision_function(Xi, groups=g),
             det.decision_function(Xs[i], groups=g),
             rtol=1e-6,
             atol=1e-9,
