@@ -16,12 +16,19 @@ PARTITIONS = ("sorted", "dirichlet", "iid")
 #: Seed of the client partition when ``--random-state`` is not given.
 DEFAULT_PARTITION_SEED = 0
 
+#: ``--feature-set`` of an official dataset: ``generic`` (the raw table through the
+#: model's feature pipeline, as a user's file) or a hand-written specification of
+#: :func:`fedep.data.load_dataset`.
+CLI_FEATURE_SETS = ("generic", "rich", "paper")
+
 
 class UsageError(ValueError):
     """A bad combination of command-line options (exit status 1, one line)."""
 
 
 # ---------------------------------------------------------------------- printing
+
+
 def one_line(exc: BaseException) -> str:
     """The message of an exception on one line (OSErrors as ``file: reason``)."""
     text = str(exc).strip() or type(exc).__name__
@@ -150,9 +157,11 @@ def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
     p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
     p.add_argument(
         "--feature-set",
-        choices=("paper", "rich"),
-        default="paper",
-        help="feature set of an official dataset (default: paper)",
+        choices=CLI_FEATURE_SETS,
+        default="generic",
+        help="features of an official dataset: generic = its raw table as your own file "
+        "(the automatic feature pipeline, stored in the model), rich / paper = the "
+        "hand-written specifications (default: generic)",
     )
     p.add_argument("--label-column", help="label column of the table")
     p.add_argument(

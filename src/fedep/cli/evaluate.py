@@ -55,7 +55,22 @@ def test_data(args, names, det=None):
                 "--label-column / --normal-label / --category-column / --client-column "
                 "apply to --test"
             )
-        ds = load_dataset(args.dataset, args.data_dir, feature_set=args.feature_set)
+        generic = args.feature_set == "generic"
+        if generic and getattr(det, "features_", None) is None:
+            raise UsageError(
+                "--feature-set generic needs a model with a feature pipeline; this one was "
+                "fitted on a numeric feature set: pass the --feature-set it was trained with"
+            )
+        ds = load_dataset(
+            args.dataset, args.data_dir, feature_set="paper" if generic else args.feature_set
+        )
+        if generic:
+            from fedep.cli._common import check_columns
+
+            X = ds.raw_inputs()[1].reset_index(drop=True)
+            check_columns(det, [str(c) for c in X.columns], f"{ds.name} test set")
+            cats = np.asarray(ds.category_test).astype(str)
+            return X, ds.y_test, cats, None, f"{ds.name} test set (generic features)"
         if list(ds.feature_names) != names:
             raise UsageError(
                 f"the model's {len(names)} features do not match {ds.name} with feature set "

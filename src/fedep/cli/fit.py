@@ -19,8 +19,11 @@ the estimator's federated feature pipeline (``--features auto``, the default):
 (they build a :class:`~fedep.features.FeaturePipeline` passed as ``features``), and the
 decisions are printed as a table unless ``--quiet``. The label and client columns are
 removed before the pipeline sees the table. ``--features numeric`` uses the numeric
-columns as they are. An official ``--dataset`` keeps the paper's numeric features
-(``--features numeric``) unless ``--features`` or a pipeline option is given.
+columns as they are. An official ``--dataset`` is read as a user's file by default
+(``--feature-set generic``: its raw table, label columns removed, through the same
+pipeline); with ``--feature-set paper`` or ``rich`` its hand-written numeric features are
+used as they are (``--features numeric``) unless ``--features`` or a pipeline option is
+given.
 """
 
 from __future__ import annotations
@@ -93,8 +96,12 @@ def build_estimator(args: argparse.Namespace):
             spell=lambda k: f"--{option_name(k)}",
             needs="--features auto",
         )
-    elif getattr(args, "dataset", None) is not None and "features" not in params:
-        params["features"] = "numeric"  # the paper's features, as the reproduction
+    elif (
+        getattr(args, "dataset", None) is not None
+        and getattr(args, "feature_set", "generic") != "generic"
+        and "features" not in params
+    ):
+        params["features"] = "numeric"  # a hand-written feature set, as the reproduction
     det = make_estimator(args.method, params)
     det._validate_params()  # the estimator's full check (e.g. OneShotPCA's sketch_rank)
     return det

@@ -193,7 +193,12 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
 def _official(args, protocol, seed) -> Training:
     from fedep.data import load_dataset, make_client_split
 
-    ds = load_dataset(args.dataset, args.data_dir, feature_set=args.feature_set)
+    generic = args.feature_set == "generic"
+    # the generic set splits the cheap paper matrix's rows and trains on the same rows of
+    # the raw table (label columns removed), which the estimator's pipeline encodes
+    ds = load_dataset(
+        args.dataset, args.data_dir, feature_set="paper" if generic else args.feature_set
+    )
     clients = args.clients or 10
     partition = args.partition or "sorted"
     split = make_client_split(
@@ -212,11 +217,15 @@ def _official(args, protocol, seed) -> Training:
         f"{ds.name} ({args.feature_set} features), {clients} clients ({partition} "
         f"partition), protocol {protocol or 'clean'}"
     )
+    if generic:
+        X = ds.raw_inputs()[0].iloc[np.asarray(tr)].reset_index(drop=True)
+    else:
+        X = pd.DataFrame(split.X_train, columns=list(ds.feature_names))
     return Training(
-        pd.DataFrame(split.X_train, columns=list(ds.feature_names)),
+        X,
         split.y_train,
         split.groups_train,
-        list(ds.feature_names),
+        [str(c) for c in X.columns],
         desc,
         np.asarray(ds.category_train)[tr],
     )
