@@ -83,10 +83,10 @@ def _open_decompressed(path: Path) -> Iterator[IO[bytes]]:
 
     with open(path, "rb") as fh:
         magic = fh.read(8)
-    if not any(magic.startswith(m) for m, _ in _COMPRESSION_MAGIC):
-        with open(path, "rb") as fh:
+        if not any(magic.startswith(m) for m, _ in _COMPRESSION_MAGIC):
+            fh.seek(0)
             yield fh
-        return
+            return
     src = _open_source(path)
     with src.errors():
         raw = src.open()
