@@ -680,7 +680,6 @@ def concentration_steps(
     share,
     contamination,
     min_rows: int,
-    relocate: bool,
     rescale: bool,
 ):
     """The federated trimming loop, in-process or over Flower (the one driver).
@@ -702,10 +701,8 @@ def concentration_steps(
         (:func:`trim_share`).
     min_rows : int
         Records each gateway keeps at least.
-    relocate : bool
-        Refit the mean on each kept set (False when a feature pipeline centres).
     rescale : bool
-        With ``start="median"`` and ``relocate``: take the scale from the start set.
+        With ``start="median"``: take the scale from the start set.
 
     Returns
     -------
@@ -721,18 +718,17 @@ def concentration_steps(
     if steps and start == "median":
         median_start(records, mean, scale, min_rows)
         kept = True
-        if relocate:
-            # Standardise with the moments of the start set: attacks inflate the
-            # standard deviations (most of all of features constant in normal
-            # traffic) before any PCA is fitted. Fixed from here on.
-            mean, start_scale, _ = standardization_from_moments(
-                combine_moments(records.kept_moments())
-            )
-            if rescale:
-                scale = start_scale
+        # Standardise with the moments of the start set: attacks inflate the standard
+        # deviations (most of all of features constant in normal traffic) before any
+        # PCA is fitted; so do they a feature pipeline's own centring and scaling,
+        # fitted on every record, which is why this applies after one too (the
+        # records are then the pipeline's outputs). Fixed from here on.
+        mean, start_scale, _ = standardization_from_moments(combine_moments(records.kept_moments()))
+        if rescale:
+            scale = start_scale
     V = fitted = None
     for step in range(steps + 1):
-        if kept and relocate:
+        if kept:
             # The location is fitted on the kept records (part of the trimmed
             # objective); the units (scale) stay fixed (those of every record, or of
             # the robust start set), so that the objective of successive steps is
