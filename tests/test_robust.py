@@ -138,7 +138,7 @@ def test_median_start_standardises_with_the_start_set():
 
 
 @pytest.mark.parametrize("cls", [PooledPCA, FedEP])
-def test_median_start_restandardises_a_feature_pipelines_outputs(cls):
+def test_median_start_restandardises_a_feature_pipelines_outputs(cls, tmp_path):
     # A feature pipeline centres and scales with the moments of every record, which
     # the cluster inflates; the median start re-standardises its outputs with the
     # start set's moments, as it does raw records.
@@ -159,3 +159,11 @@ def test_median_start_restandardises_a_feature_pipelines_outputs(cls):
         Z[is_attack].mean(0) - Z[~is_attack].mean(0)
     )
     assert e.decision_scores_[is_attack].min() > e.decision_scores_[~is_attack].max()
+    # the refitted mean and scale travel with the model file
+    import fedep
+
+    fedep.save(e, tmp_path / "m.fedep")
+    np.testing.assert_allclose(
+        fedep.load(tmp_path / "m.fedep").decision_function(df), e.decision_function(df)
+    )
+    np.testing.assert_allclose(e.decision_function(df), e.decision_scores_, rtol=1e-9)
