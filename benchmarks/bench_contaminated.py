@@ -10,7 +10,13 @@ Usage::
 
     PYTHONPATH=src python benchmarks/bench_contaminated.py --out contaminated.json \\
         [--datasets nsl-kdd unsw-nb15 ton-iot] [--shares 0 0.05 0.1 0.2] \\
-        [--n-normal 10000] [--methods pca pca-robust fedep fedep-robust fedpg mcd]
+        [--n-normal 10000] [--methods pca pca-robust fedep fedep-robust fedpg mcd] \\
+        [--generic] [--rank 10]
+
+``--generic``: the user's path instead of the rich features: each dataset's raw
+table (label columns dropped, :meth:`~fedep.data.Dataset.raw_inputs`) through the
+federated feature pipeline (``features="auto"``), fitted on the same rows; the
+pipeline's own statistics (scales, vocabularies) then also see the attacks.
 
 ``*-trim``: trimming from every record (``trim_start="all"``); ``*-robust``: from the
 robust start (``trim_start="median"``, :mod:`fedep.core.trimming`).
@@ -50,24 +56,32 @@ METHODS = {
 }
 
 
-def _training_set(d, share, n_normal, rng):
+def _training_rows(d, share, n_normal, rng):
+    """Indices of the training rows (normal, then injected attacks) and the true share."""
     normal = np.flatnonzero(d.y_train == 0)
     attack = np.flatnonzero(d.y_train == 1)
     rows = rng.choice(normal, min(n_normal, normal.size), replace=False)
     n_att = int(round(share / (1.0 - share) * rows.size))
     att = rng.choice(attack, min(n_att, attack.size), replace=False)
-    X = d.X_train[np.concatenate([rows, att])]
-    return X, att.size / (rows.size + att.size)
+    return np.concatenate([rows, att]), att.size / (rows.size + att.size)
+
+
+def _training_set(d, share, n_normal, rng):
+    idx, true_share = _training_rows(d, share, n_normal, rng)
+    return d.X_train[idx], true_share
 
 
 def run(args) -> list[dict]:
     out = []
     for name in args.datasets:
-        d = load_dataset(name, args.data_dir, feature_set="rich")
+        d = load_dataset(name, args.data_dir, feature_set="paper" if args.generic else "rich")
+        raw, raw_test = d.raw_inputs() if args.generic else (None, None)
+        X_test = raw_test if args.generic else d.X_test
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for share in args.shares:
                 rng = np.random.default_rng(seed)
-                X, true_share = _training_set(d, share, args.n_normal, rng)
+                idx, true_share = _training_rows(d, share, args.n_normal, rng)
+                X = raw.iloc[idx].reset_index(drop=True) if args.generic else d.X_train[idx]
                 groups = rng.integers(0, args.n_clients, X.shape[0])  # IID gateways
                 for m in args.methods:
                     est = MCDReference(2000, seed) if m == "mcd" else METHODS[m](args.rank, seed)
@@ -76,8 +90,8 @@ def run(args) -> list[dict]:
                         warnings.simplefilter("ignore")
                         est.fit(X, groups=groups)
                     fit_s = time.perf_counter() - t0
-                    s = est.decision_function(d.X_test)
-                    pred = est.predict(d.X_test)
+                    s = est.decision_function(X_test)
+                    pred = est.predict(X_test)
                     normal = d.y_test == 0
                     row = {
                         "dataset": name,
@@ -85,6 +99,8 @@ def run(args) -> list[dict]:
                         "share": share,
                         "true_share": round(true_share, 4),
                         "method": m,
+                        "features": "generic" if args.generic else "rich",
+                        "rank": args.rank,
                         "n_train": int(X.shape[0]),
                         "roc_auc": round(float(roc_auc_score(d.y_test, s)), 4),
                         "fpr": round(float(pred[normal].mean()), 4),
@@ -112,6 +128,11 @@ def main(argv=None) -> int:
     p.add_argument("--rank", type=int, default=10)
     p.add_argument("--seeds", type=int, default=1, help="number of seeds")
     p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument(
+        "--generic",
+        action="store_true",
+        help="raw tables through the feature pipeline (features='auto') instead of rich features",
+    )
     p.add_argument("--out", default=None, help="JSON file (rewritten after every row)")
     run(p.parse_args(argv))
     return 0

@@ -135,3 +135,35 @@ def test_median_start_standardises_with_the_start_set():
     np.testing.assert_allclose(e.scale_, X[start].std(0))
     # and the attacks inflate the plain standard deviation of the shifted features
     assert np.all(X.std(0)[:10] > 2 * e.scale_[:10])
+
+
+@pytest.mark.parametrize("cls", [PooledPCA, FedEP])
+def test_median_start_restandardises_a_feature_pipelines_outputs(cls, tmp_path):
+    # A feature pipeline centres and scales with the moments of every record, which
+    # the cluster inflates; the median start re-standardises its outputs with the
+    # start set's moments, as it does raw records.
+    pd = pytest.importorskip("pandas")
+    X, is_attack, groups, _ = _clustered_attacks(0.2, n_shifted=10)
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    kw = {"trim_steps": 5, "trim_share": 0.25, "features": "auto", "random_state": 0}
+    e = cls(3, trim_start="median", **kw).fit(df, groups=groups)
+    Z = e.features_.transform(df)
+    records = LocalRecords([Z])
+    median_start(records, np.zeros(Z.shape[1]), np.ones(Z.shape[1]), 3)
+    start = records.keep[0]
+    assert not start[is_attack].any()
+    np.testing.assert_allclose(e.scale_, Z[start].std(0))
+    assert np.all(Z.std(0)[:10] > 2 * e.scale_[:10])
+    # the location is refitted on the kept (normal) records, not the pipeline's mean 0
+    assert np.linalg.norm(e.mean_ - Z[~is_attack].mean(0)) < 0.1 * np.linalg.norm(
+        Z[is_attack].mean(0) - Z[~is_attack].mean(0)
+    )
+    assert e.decision_scores_[is_attack].min() > e.decision_scores_[~is_attack].max()
+    # the refitted mean and scale travel with the model file
+    import fedep
+
+    fedep.save(e, tmp_path / "m.fedep")
+    np.testing.assert_allclose(
+        fedep.load(tmp_path / "m.fedep").decision_function(df), e.decision_function(df)
+    )
+    np.testing.assert_allclose(e.decision_function(df), e.decision_scores_, rtol=1e-9)

@@ -75,7 +75,8 @@ CASES = [
     # FedPG, the median start without standardisation, a given contamination
     ("fedpg", FedPG, {"trim_steps": 2, "trim_start": "median", "contamination": 0.1,
                       "n_rounds": 3, "standardize": False}),
-    # through the federated feature pipeline (which centres and scales: no relocation)
+    # through the federated feature pipeline (centred and scaled by it; the trimming
+    # relocates and rescales from the start set on its outputs)
     ("fedep", FedEP, {"trim_steps": 2, "trim_start": "median", "trim_share": 0.2,
                       "n_rounds": 3, "features": "auto"}),
 ]  # fmt: skip

@@ -179,7 +179,7 @@ class BaseFederatedDetector(BaseEstimator):
             V, Wc = self._fit_clients(records.kept(Z), rng, V)
             return V, (Wc, Z)
 
-        mean, scale, V, (Wc, Z) = self._trimmed_fit(records, fit_kept, mean, scale, pipe)
+        mean, scale, V, (Wc, Z) = self._trimmed_fit(records, fit_kept, mean, scale)
         self.fit_time_ = time.perf_counter() - t0
         self._set_fitted(
             components=V.T,
@@ -277,7 +277,7 @@ class BaseFederatedDetector(BaseEstimator):
             scale = np.ones_like(scale)
         return mean, scale, constant
 
-    def _trimmed_fit(self, records, fit, mean, scale, pipe=None):
+    def _trimmed_fit(self, records, fit, mean, scale):
         """``fit`` on every record, or record trimming by concentration steps
         (``trim_steps``; :func:`fedep.core.trimming.concentration_steps`, the one loop
         of the in-process ``fit`` and of a Flower server).
@@ -290,9 +290,9 @@ class BaseFederatedDetector(BaseEstimator):
         fit : callable
             ``fit(mean, scale, V)`` -> ``(V, fitted)`` on the kept records.
         mean, scale : ndarray of shape (n_features,)
-            The standardisation of every record.
-        pipe : FeaturePipeline or None
-            A pipeline that scales centres the records itself: the mean is not refitted.
+            The standardisation of every record (mean 0 and scale 1 after a
+            feature pipeline that scales: the trimming then refits both on the
+            pipeline's outputs, as on raw records).
 
         Returns
         -------
@@ -300,7 +300,6 @@ class BaseFederatedDetector(BaseEstimator):
             The final standardisation and what the last ``fit`` returned; sets
             ``trim_history_`` and ``n_trim_steps_``.
         """
-        located = pipe is not None and pipe.scale_rule is not None  # the pipeline centres
         mean, scale, V, fitted, history = concentration_steps(
             records,
             fit,
@@ -311,7 +310,6 @@ class BaseFederatedDetector(BaseEstimator):
             share=self.trim_share,
             contamination=self.contamination,
             min_rows=max(self._rank(), 2),
-            relocate=not located,
             rescale=bool(self.standardize),
         )
         self.trim_history_ = history

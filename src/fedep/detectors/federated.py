@@ -186,10 +186,11 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``"all"``: every record (the first fit is the untrimmed one). ``"median"``: the
         half of the records closest (L1 distance in standard deviations) to the
         coordinate-wise median, found from counts, and the standardisation taken from
-        the moments of that half (attacks inflate the standard deviations; a feature
-        pipeline's own scaling is kept). Measured with ``trim_steps=5,
-        trim_share=0.25``: ``"median"`` is far better with 20% attacks in the training
-        traffic (NSL-KDD, UNSW-NB15), ``"all"`` better with 0-5% and on TON-IoT (see
+        the moments of that half (attacks inflate the standard deviations; after a
+        feature pipeline, of its outputs: its own scaling saw the attacks too).
+        Measured with ``trim_steps=5, trim_share=0.25``: ``"median"`` is far better
+        with 20% attacks in the training traffic (NSL-KDD, UNSW-NB15), ``"all"``
+        better on clean UNSW-NB15 and with 10-20% on TON-IoT (see
         :mod:`fedep.core.trimming`).
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.

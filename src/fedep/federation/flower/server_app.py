@@ -825,7 +825,7 @@ def run_federation(
 
     # Record trimming (trim_steps > 0) drives fit_kept through the loop of the
     # in-process fit; with trim_steps = 0 it is the one fit on every record.
-    mean, scale, _, (res, clients) = est._trimmed_fit(records, fit_kept, mean, scale, pipe)
+    mean, scale, _, (res, clients) = est._trimmed_fit(records, fit_kept, mean, scale)
     res.trim_history = est.trim_history_
     res.components = polar(res.V).T.copy()
     res.clients, res.mean, res.scale = gw.order, mean, scale
