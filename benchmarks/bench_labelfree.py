@@ -31,6 +31,10 @@ Rank rules (on the default scaling and on each candidate):
 ``bicv-1se``
     the smallest rank whose bi-cross-validation error is within one standard error
     (of the paired difference over gateways) of the smallest (Breiman's 1-SE rule);
+``fa-bic``, ``fa-heldout``
+    factor analysis (a noise variance per feature, so the rank does not depend on the
+    scaling), fitted by EM on the merged covariance alone, rank by BIC on the fit part
+    or by the held-out log-likelihood, over a grid of ranks;
 ``variance95``, ``kaiser``
     95 % of the variance, eigenvalues above their mean.
 
@@ -175,6 +179,59 @@ def one_se_rank(err):
     return int(ok[0]) if ok.size else kmin
 
 
+def fa_ll(W, psi, S):
+    """Average Gaussian log-likelihood per row of a scatter ``S`` (divided by its row
+    count) under the factor model ``W W^T + diag(psi)``."""
+    C = W @ W.T + np.diag(psi)
+    _, logdet = np.linalg.slogdet(C)
+    return float(-0.5 * (S.shape[0] * np.log(2 * np.pi) + logdet + np.trace(np.linalg.solve(C, S))))
+
+
+def fa_fit_cov(S, k, psi0=None, n_iter=2000, tol=1e-6, small=1e-12):
+    """Maximum-likelihood factor analysis of rank ``k`` from a covariance ``S`` (d, d)
+    alone (scikit-learn's EM for ``FactorAnalysis``, written on the covariance: the
+    server needs only the merged Gram matrix). Returns ``W`` (d, k), ``psi`` (d,) and
+    the log-likelihood per row."""
+    var = np.diag(S).copy()
+    psi = var.copy() if psi0 is None else psi0.copy()
+    old = -np.inf
+    for it in range(n_iter):
+        sp = np.sqrt(psi) + small
+        lam, U = np.linalg.eigh(S / np.outer(sp, sp))
+        lam, U = lam[::-1], U[:, ::-1]
+        W = sp[:, None] * U[:, :k] * np.sqrt(np.maximum(lam[:k] - 1.0, 0.0))
+        psi = np.maximum(var - (W**2).sum(1), small)
+        if it % 10 == 9:
+            ll = fa_ll(W, psi, S)
+            if ll - old < tol:
+                break
+            old = ll
+    return W, psi, fa_ll(W, psi, S)
+
+
+FA_RANKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 35, 40, 50, 60, 70, 80, 90)
+
+
+def fa_rank_rules(S_fit, S_ho, n, n_ho, info):
+    """Factor-analysis ranks (per-feature noise, so invariant to the scaling): BIC on
+    the fit part and the held-out log-likelihood, over ``FA_RANKS``; features constant
+    in the fit part are left out."""
+    keep = np.flatnonzero(info & (np.diag(S_fit) > 0))
+    C, H = S_fit[np.ix_(keep, keep)] / n, S_ho[np.ix_(keep, keep)] / n_ho
+    sd = np.sqrt(np.diag(C))
+    C, H = C / np.outer(sd, sd), H / np.outer(sd, sd)  # FA is scale-equivariant
+    d = keep.size
+    bic, ho, psi = {}, {}, None
+    for k in FA_RANKS:
+        if k >= d - 1:
+            break
+        W, psi, ll = fa_fit_cov(C, k, psi0=psi)
+        n_par = d * k - k * (k - 1) / 2 + d
+        bic[k] = -2 * n * ll + n_par * np.log(n)
+        ho[k] = fa_ll(W, psi, H)
+    return {"fa-bic": min(bic, key=bic.get), "fa-heldout": max(ho, key=ho.get)}
+
+
 def rank_rules(C_fit, S_ho, n_ho, counts, rng, S_gw):
     """Each label-free rule's rank from the fit covariance (scaled units) and held-out
     scatter; also returns the held-out log-likelihood curve (scaled units)."""
@@ -237,12 +294,14 @@ def evaluate(fit_blocks, ho_blocks, sets, rng, candidates=CANDIDATES, grid=(5, 1
     tiny = (1e-12 * (1.0 + np.abs(mom.mean))) ** 2
     info = (var_fit > tiny) | (var_ho > tiny)
     Efit = np.vstack(fit_blocks)
+    fa = fa_rank_rules(S_fit, S_ho, n, n_ho, info)
     out = {}
     for rule, par in candidates:
         mean, s = federated_scale(mom, rule, par)
         C = S_fit / np.outer(s, s) / n
         Sh = S_ho / np.outer(s, s)
         rules, _ = rank_rules(C, Sh, n_ho, counts, rng, S_gw / np.outer(s, s))
+        rules.update(fa)
         # likelihood in original units over the informative features
         Ci, Si = C[np.ix_(info, info)], Sh[np.ix_(info, info)]
         lam, V = np.linalg.eigh(Ci)
@@ -439,7 +498,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--datasets", nargs="*", default=["nsl-kdd", "unsw-nb15", "ton-iot"])
-    ap.add_argument("--max-train-rows", type=int, default=20000)
+    ap.add_argument("--max-train-rows", type=int, default=20000, help="0: every row")
     ap.add_argument("--synthetic-seeds", type=int, default=3)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0], help="real-data split seeds")
     ap.add_argument("--out", default="benchmarks/results/labelfree.json")
@@ -450,7 +509,8 @@ def main(argv=None) -> None:
         res["synthetic"] = synthetic(a.synthetic_seeds)
     res["real"] = {}
     for name in a.datasets:
-        runs = {str(sd): real(name, a.data_dir, a.max_train_rows, sd) for sd in a.seeds}
+        cap = a.max_train_rows or None
+        runs = {str(sd): real(name, a.data_dir, cap, sd) for sd in a.seeds}
         keys = runs[str(a.seeds[0])]["table"]
         mean = {
             k: {
