@@ -157,11 +157,12 @@ def proposals(method: str, W: np.ndarray, Pi: np.ndarray, nu: np.ndarray):
     """The clients' proposals ``Z`` (k, n, r) and weights ``w`` (k,) of a server step.
 
     FedEP: ``Z_i = W_i + Pi_i / nu_i``, ``w_i = nu_i`` (so that the w-weighted mean of
-    the ``Z_i`` is the exact V-step). FedPG: ``Z_i = W_i``, ``w_i = 1``.
+    the ``Z_i`` is the exact V-step). FedPG: ``Z_i = W_i``, ``w_i = nu_i``, its server
+    weights (proportional to its penalties ``rho_i``; ones for a literal ``rho``).
     """
     nu = np.asarray(nu, dtype=float)
     if method == "fedpg":
-        return W, np.ones(W.shape[0])
+        return W, nu
     return W + Pi / nu[:, None, None], nu
 
 
@@ -370,7 +371,7 @@ def robust_step(
     all_kept = np.ones(k, dtype=bool)
     if aggregation == "mean":
         if method == "fedpg":
-            # FedPG's reports carry its server weights as nu (ones, or N_i).
+            # FedPG's reports carry its server weights as nu (proportional to rho_i).
             V = aggregate_mean(W, None if np.all(nu == nu[0]) else nu)
         else:
             V = aggregate_consensus(W, Pi, nu)
@@ -379,7 +380,8 @@ def robust_step(
     if aggregation == "trimmed":
         kept = trimmed_consensus(Z, w, trim=trim).kept
         if method == "fedpg":
-            V = aggregate_mean(W[kept])
+            nk = nu[kept]
+            V = aggregate_mean(W[kept], None if np.all(nk == nk[0]) else nk)
         else:
             V = aggregate_consensus(W[kept], Pi[kept], nu[kept])
         return RobustStep(V, kept, {})

@@ -11,9 +11,10 @@ from fedep.core._kernels._jit import jit as _jit
 from fedep.core._kernels.wstep import _gw, _retract
 
 
-def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs):  # pragma: no cover - compiled
+def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs, stiefel):  # pragma: no cover - compiled
     # FedPG's local epochs for every client, in place on W (fedep.core.fedpg):
-    # g = (-2 C W + Y + rho (W - Z)) / N_i,  W <- qf(W - lr (I - W W^T) g).
+    # g = (-2 C W + Y + rho_i (W - Z)) / N_i,  W <- qf(W - lr rg) with the Riemannian
+    # gradient rg = g - W sym(W^T g) (Stiefel) or (I - W W^T) g (Grassmann).
     d, n, r = W.shape
     WT = np.empty((r, n))
     CWT = np.empty((r, n))
@@ -33,15 +34,21 @@ def _fedpg(C, W, Y, Z, inv_n, lr, rho, epochs):  # pragma: no cover - compiled
             for p in range(r):
                 for i in range(n):
                     gT[p, i] = inv_n[q] * (
-                        -2.0 * CWT[p, i] + Y[q, i, p] + rho * (WT[p, i] - Z[i, p])
+                        -2.0 * CWT[p, i] + Y[q, i, p] + rho[q] * (WT[p, i] - Z[i, p])
                     )
-            # Riemannian gradient (I - W W^T) g, then the step -lr * rg.
+            # Riemannian gradient g - W (W^T g) (its symmetric part on Stiefel), then -lr * rg.
             for a in range(r):
                 for b in range(r):
                     acc = 0.0
                     for i in range(n):
                         acc += WT[a, i] * gT[b, i]
                     WtG[a, b] = acc
+            if stiefel:
+                for a in range(r):
+                    for b in range(a + 1, r):
+                        m = 0.5 * (WtG[a, b] + WtG[b, a])
+                        WtG[a, b] = m
+                        WtG[b, a] = m
             for p in range(r):
                 for i in range(n):
                     acc = gT[p, i]
