@@ -178,3 +178,17 @@ def test_stiefel_step_closes_the_consensus_where_grassmann_does_not():
         gap[manifold] = float(np.max(np.linalg.norm(coh.W - res.V, axis=(1, 2))))
     assert gap["stiefel"] <= 1e-5
     assert gap["grassmann"] >= 1e-3
+
+
+def test_authors_variant_one_penalty_mean_weighted_by_samples():
+    """``penalty_scaling="paper"`` with ``consensus_weights="samples"`` is the authors'
+    code: one literal ``rho`` for every client, the server's mean weighted by ``N_i``."""
+    blocks = _blocks(seed=5)
+    V = random_stiefel(10, 3, np.random.default_rng(6))
+    coh = FedPGCohort(blocks, V, _settings(**{**PAPER, "consensus_weights": "samples"}))
+    sizes = np.array([len(b) for b in blocks], float)
+    np.testing.assert_allclose(coh.rho, np.full(7, PAPER["rho"]))
+    rep = coh.local_round(V)
+    np.testing.assert_allclose(rep.nu, sizes)
+    Z, _ = server_round("fedpg", rep, V)
+    np.testing.assert_allclose(Z, np.tensordot(sizes / sizes.sum(), rep.W, axes=1), atol=1e-12)

@@ -65,9 +65,11 @@ class FedPGSettings:
     ``"curvature"`` ``s_i = ||X_i||_2^2`` (the largest eigenvalue of ``C_i``, floored
     at ``CURVATURE_FLOOR * N_i``), ``"samples"`` ``s_i = N_i``, ``"uniform"``
     ``s_i = 1``; ``"auto"`` is ``"curvature"`` under ``penalty_scaling="relative"``
-    and ``"uniform"`` under ``"paper"`` (``rho`` literally, the paper). The server
-    averages the ``W_i`` with weights ``s_i`` (proportional to ``rho_i``), reported
-    as ``nu``.
+    and ``"uniform"`` under ``"paper"``. The server averages the ``W_i`` with weights
+    ``s_i``, reported as ``nu``. Under ``penalty_scaling="paper"`` every client's
+    penalty is ``rho`` literally and ``s_i`` weights only the server's mean:
+    ``"uniform"`` is the paper's plain mean, ``"samples"`` the authors' code (mean
+    weighted by ``N_i``); the duals then need not sum to zero.
 
     ``manifold``: ``"stiefel"`` steps along the Riemannian gradient of the local
     objective on the Stiefel manifold, ``g - W sym(W^T g)``; ``"grassmann"`` along
@@ -150,7 +152,12 @@ class FedPGCohort:
             )
         #: Server weights s_i (reported as nu) and penalties rho_i = rho * s_i, (d,).
         self.weights = penalty_scale(self.C, self.sizes, settings)
-        self.rho = float(settings.rho) * self.weights
+        if settings.penalty_scaling == "paper":
+            # rho literally, one penalty for all (the paper); the server's weights
+            # alone follow consensus_weights ("samples": the authors' code, N_i)
+            self.rho = np.full(self.d, float(settings.rho))
+        else:
+            self.rho = float(settings.rho) * self.weights
         if settings.lr is None:
             lmax = np.linalg.eigvalsh(self.C)[:, -1]
             self.lr = self.sizes / (2.0 * lmax + self.rho)

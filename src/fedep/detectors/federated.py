@@ -346,14 +346,16 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
     penalty_scaling : {"relative", "paper"}, default="relative"
         ``"paper"`` uses ``rho`` literally for every client (the paper's FedPG).
     consensus_weights : {"auto", "curvature", "samples", "uniform"}, default="auto"
-        Per-client penalties ``rho_i`` and so the weights of the server's mean of the
-        bases ``Z = sum_i rho_i W_i / sum_i rho_i`` (the weighting whose fixed points
-        are stationary points of the pooled objective): ``"curvature"``
-        ``rho_i = rho * ||X_i||_2^2``; ``"samples"`` ``rho_i = rho * N_i`` (``rho`` is
-        then per record); ``"uniform"`` ``rho_i = rho`` (plain mean, the paper).
-        ``"auto"``: ``"curvature"`` with ``penalty_scaling="relative"``, ``"uniform"``
-        with ``"paper"``. (The authors' code weights the mean by ``N_i`` under one
-        ``rho``, which biases the fixed point toward large gateways; not offered.)
+        With ``penalty_scaling="relative"``: per-client penalties ``rho_i`` and so the
+        weights of the server's mean of the bases ``Z = sum_i rho_i W_i / sum_i rho_i``
+        (the weighting whose fixed points are stationary points of the pooled
+        objective): ``"curvature"`` ``rho_i = rho * ||X_i||_2^2``; ``"samples"``
+        ``rho_i = rho * N_i`` (``rho`` is then per record); ``"uniform"``
+        ``rho_i = rho``. With ``penalty_scaling="paper"`` every penalty is ``rho`` and
+        this weights only the server's mean: ``"uniform"`` the plain mean (the paper),
+        ``"samples"`` the mean weighted by ``N_i`` (the authors' code; it biases the
+        fixed point toward large gateways). ``"auto"``: ``"curvature"`` with
+        ``penalty_scaling="relative"``, ``"uniform"`` with ``"paper"``.
     manifold : {"stiefel", "grassmann"}, default="stiefel"
         The local steps' Riemannian gradient: on the Stiefel manifold,
         ``g - W sym(W^T g)``, the gradient of the local objective (not invariant under
