@@ -137,7 +137,16 @@ def test_synthetic_federation_recovery_and_residuals(federation):
     assert max(last["consensus_residual_rel"], last["data_residual_rel"]) <= np.sqrt(tol)
     V_fedep = polar(res.V)
     pg = FedPGCohort(
-        blocks, V0, FedPGSettings(lr=None, rho=0.01, local_epochs=30, consensus_weights="uniform")
+        blocks,
+        V0,
+        FedPGSettings(
+            lr=None,
+            rho=0.01,
+            local_epochs=30,
+            consensus_weights="uniform",
+            penalty_scaling="paper",  # the paper's FedPG
+            manifold="grassmann",
+        ),
     )
     V_fedpg = polar(run_rounds(pg, "fedpg", V0, n_rounds=100, tol=0).V)
     V_pca = pooled_pca(np.vstack(blocks), 5)
