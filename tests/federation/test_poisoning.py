@@ -25,8 +25,8 @@ class Poisoned:
     def __init__(self, honest, a, boost=1.5):
         self.honest, self.d, self.a, self.boost = honest, honest.d, a, boost
 
-    def local_round(self, V, clients=None) -> RoundReport:
-        rep = self.honest.local_round(V, clients)
+    def local_round(self, V, clients=None, **kw) -> RoundReport:
+        rep = self.honest.local_round(V, clients, **kw)
         Q = polar(V[:, :-1])
         a = self.a - Q @ (Q.T @ self.a)
         W = polar(np.column_stack([V[:, :-1], a / np.linalg.norm(a)]))

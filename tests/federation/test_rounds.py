@@ -122,7 +122,9 @@ def test_estimator_uses_the_loop_with_its_callback():
     coh, V0 = _cohort(blocks, random_state=0)
     V0 = random_stiefel(8, 2, np.random.default_rng(0))
     coh = FedEP(n_components=2)._make_cohort([(b - det.mean_) / det.scale_ for b in blocks], V0)
-    res = run_rounds(coh, "fedep", V0, n_rounds=4, tol=0.0, rng=np.random.default_rng(0))
+    # The estimator's default remerge=True (run_rounds' default is the bare ADMM).
+    res = run_rounds(coh, "fedep", V0, n_rounds=4, tol=0.0, rng=np.random.default_rng(0),
+                     remerge=True)  # fmt: skip
     np.testing.assert_allclose(polar(res.V), det.components_.T, atol=1e-10)
 
 

@@ -58,7 +58,7 @@ from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import l21_norm, prox_l1
 
-__all__ = ["FedEPSettings", "FedEPCohort", "aggregate_consensus", "consensus_terms"]
+__all__ = ["FedEPSettings", "FedEPCohort", "aggregate_consensus", "consensus_terms", "gram_sketch"]
 
 
 def _single_threaded_blas(fn):
@@ -151,6 +151,9 @@ class RoundReport:
     metrics: dict[str, np.ndarray] = field(default_factory=dict)  # each (d,)
     #: What the transport adds to the round's record (e.g. Flower's participants).
     info: dict = field(default_factory=dict)
+    #: (d, n, k) sketches of the clients' cleaned records ``U_i`` when the round asked
+    #: for them (``local_round(..., sketch_rank=k)``), else None.
+    sketch: np.ndarray | None = None
 
 
 def aggregate_consensus(W: np.ndarray, Pi: np.ndarray, nu: np.ndarray) -> np.ndarray:
@@ -167,6 +170,28 @@ def aggregate_consensus(W: np.ndarray, Pi: np.ndarray, nu: np.ndarray) -> np.nda
     """
     nu = np.asarray(nu, dtype=float)
     return (np.tensordot(nu, W, axes=1) + Pi.sum(axis=0)) / nu.sum()
+
+
+def gram_sketch(G: np.ndarray, k: int) -> np.ndarray:
+    """One-shot sketches ``U_k Sigma_k`` from Gram matrices ``G_i = U_i^T U_i``.
+
+    The same sketch as :func:`fedep.core.baselines.client_sketch` of ``U_i`` (its
+    Gram is the best rank-k approximation of ``G_i``), from the n x n Gram matrix that
+    the cohort keeps anyway.
+
+    Parameters
+    ----------
+    G : ndarray of shape (d, n, n)
+    k : int
+
+    Returns
+    -------
+    ndarray of shape (d, n, min(k, n))
+    """
+    lam, vec = np.linalg.eigh(G)
+    k = min(int(k), G.shape[-1])
+    top = vec[..., ::-1][..., :k]
+    return top * np.sqrt(np.clip(lam[..., ::-1][..., None, :k], 0.0, None))
 
 
 def consensus_terms(W, Pi, nu, V) -> tuple[np.ndarray, np.ndarray]:
@@ -301,7 +326,14 @@ class FedEPCohort:
 
     # ------------------------------------------------------------------ round
     @_single_threaded_blas
-    def local_round(self, V: np.ndarray, clients: np.ndarray | None = None) -> RoundReport:
+    def local_round(
+        self,
+        V: np.ndarray,
+        clients: np.ndarray | None = None,
+        *,
+        restart: bool = False,
+        sketch_rank: int = 0,
+    ) -> RoundReport:
         """One FedEP round for the given clients (default all): duals, W, S, U, Lam.
 
         Parameters
@@ -310,16 +342,32 @@ class FedEPCohort:
             The server's current consensus.
         clients : ndarray of int, optional
             Positions of the participating clients.
+        restart : bool, default=False
+            Restart the consensus ADMM at ``V`` first: ``W_i = V``, ``Pi_i = 0`` (and
+            the SSN multipliers 0); the data-side state (``U``, ``Lam``, so ``S``) is
+            kept. The server asks for it after it re-merged ``V`` from sketches
+            (:func:`fedep.federation.rounds.run_rounds`, ``remerge``).
+        sketch_rank : int, default=0
+            With ``k > 0``, also return each client's sketch of its cleaned records
+            ``U_i`` (after this round's data step): the top ``k`` eigenvectors of
+            ``G_i = U_i^T U_i`` scaled by the square roots of their eigenvalues, the
+            :func:`fedep.core.baselines.client_sketch` of ``U_i``. An n x k summary, no
+            record.
 
         Returns
         -------
         RoundReport
-            ``W`` and ``Pi`` of the participating clients and per-client metrics.
+            ``W`` and ``Pi`` of the participating clients and per-client metrics
+            (and ``sketch``, (k_clients, n, k), when asked).
         """
         s = self.settings
         idx = np.arange(self.d) if clients is None else np.asarray(clients)
         # With every client taking part, index by a slice: views, not copies.
         sel = slice(None) if clients is None else idx
+        if restart:
+            self.W[sel] = V
+            self.Pi[sel] = 0.0
+            self.Lam_ssn[sel] = 0.0
         dual = _kernels.pick(s.kernel, "dual_step")
         if dual is not None:
             Pi = self.Pi[sel]  # a view when every client takes part
@@ -362,7 +410,11 @@ class FedEPCohort:
         metrics.update(projection=projection, grad_scale=grad_scale, l21=self.beta[sel] * l21)
         metrics["x_norm2"] = self.trX[sel].copy()
         return RoundReport(
-            W=res.W.copy(), Pi=self.Pi[sel].copy(), nu=self.nu[sel].copy(), metrics=metrics
+            W=res.W.copy(),
+            Pi=self.Pi[sel].copy(),
+            nu=self.nu[sel].copy(),
+            metrics=metrics,
+            sketch=gram_sketch(self.G[sel], sketch_rank) if sketch_rank > 0 else None,
         )
 
     def _gram_terms(self, sel, refresh_lmax: bool, steps: int = 2):

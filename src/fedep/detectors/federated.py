@@ -47,7 +47,12 @@ class _FederatedMixin:
             rng=rng,
             on_round=on_round,
             aggregation=self.aggregation,
+            remerge=self._remerges(),
         )
+
+    def _remerges(self) -> bool:
+        """Whether the round loop starts with re-merges (FedEP with ``S``)."""
+        return False
 
     def _fit_clients(self, blocks, rng, V0=None):
         if V0 is None:
@@ -148,6 +153,17 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         Initial consensus: one-shot merged client SVDs (each client sends its top
         ``n_components`` right singular vectors scaled by their singular values, once;
         a federated start already near the answer), or a random orthonormal basis.
+    remerge : bool, default=True
+        With ``sparse_corruption`` (and every client in every round, ``aggregation=
+        "mean"``): in the first rounds each client also sends the one-shot sketch of
+        its cleaned records ``X_i - S_i``; while their merge moves by more than
+        ``sqrt(tol)`` (subspace distance) from the previous one, it becomes the
+        consensus and the ADMM restarts there (``W_i = V``, ``Pi_i = 0``, ``S_i``
+        kept), for at most 10 rounds. The one-shot start is the subspace of the raw
+        records, the fit's that of the cleaned ones; the ADMM alone follows ``S`` there
+        by damped steps (TON-IoT: held-out ROC AUC settled after 16 rounds; 2 with
+        re-merges). False: the paper's ADMM from the start (see
+        :func:`fedep.federation.rounds.run_rounds`).
     features : {"auto", "numeric"} or FeaturePipeline, default="auto"
         How a pandas DataFrame becomes model features. ``"auto"`` fits a
         :class:`~fedep.features.FeaturePipeline` per gateway without pooling rows
@@ -256,6 +272,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         "consensus_weights": [StrOptions({"auto", "curvature", "samples", "uniform"})],
         "aggregation": [StrOptions({"mean", "median", "trimmed"})],
         "inner_max_iter": _POSITIVE_INT,
+        "remerge": ["boolean"],
     }
 
     def __init__(
@@ -275,6 +292,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         inner_max_iter=2,
         client_fraction=1.0,
         init="oneshot",
+        remerge=True,
         features="auto",
         standardize=True,
         contamination=0.05,
@@ -298,6 +316,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.inner_max_iter = inner_max_iter
         self.client_fraction = client_fraction
         self.init = init
+        self.remerge = remerge
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
@@ -306,6 +325,10 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.trim_start = trim_start
         self.random_state = random_state
         self.callback = callback
+
+    def _remerges(self) -> bool:
+        # Without S the cleaned records are the raw ones: nothing to re-merge.
+        return bool(self.remerge and self.sparse_corruption)
 
     def _cohort_spec(self) -> dict:
         settings = FedEPSettings(

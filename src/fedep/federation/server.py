@@ -19,11 +19,13 @@ __all__ = ["merge_reports", "server_round", "validate_report"]
 def merge_reports(reports: Sequence[RoundReport]) -> RoundReport:
     """Stack the reports of several clients (or cohorts) into one."""
     keys = reports[0].metrics.keys()
+    sketches = [r.sketch for r in reports]
     return RoundReport(
         W=np.concatenate([r.W for r in reports]),
         Pi=np.concatenate([r.Pi for r in reports]),
         nu=np.concatenate([r.nu for r in reports]),
         metrics={k: np.concatenate([np.atleast_1d(r.metrics[k]) for r in reports]) for k in keys},
+        sketch=None if any(b is None for b in sketches) else np.concatenate(sketches),
     )
 
 
@@ -40,6 +42,15 @@ def validate_report(rep: RoundReport, n_features: int, n_components: int) -> Non
             raise ValueError(f"client payload {name} holds NaN or inf")
     if not (np.isfinite(rep.nu).all() and (rep.nu > 0).all()):
         raise ValueError("client payload nu must be finite and positive")
+    if rep.sketch is not None:
+        b = rep.sketch
+        if b.ndim != 3 or b.shape[0] != rep.W.shape[0] or b.shape[1] != n_features:
+            raise ValueError(
+                f"client payload sketch has shape {b.shape}, "
+                f"expected ({rep.W.shape[0]}, {n_features}, k)"
+            )
+        if not np.isfinite(b).all():
+            raise ValueError("client payload sketch holds NaN or inf")
 
 
 def server_round(

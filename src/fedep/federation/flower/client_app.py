@@ -381,15 +381,18 @@ def train(msg: Message, context: Context) -> Message:
     V = arrays_of(msg.content["global"])["V"]
     init = msg.content.array_records.get("init")
     cohort = _load_cohort(context, V if init is None else arrays_of(init)["V0"])
-    rep = cohort.local_round(V)
+    cfg = msg.content.config_records.get("round")
+    restart = bool(int(cfg.get("restart", 0))) if cfg is not None else False
+    k = int(cfg.get("sketch-rank", 0)) if cfg is not None else 0
+    # Only re-merge rounds carry the options (FedPG's cohort takes none).
+    kw = {"restart": restart, "sketch_rank": k} if (restart or k) else {}
+    rep = cohort.local_round(V, **kw)
     context.state[_COHORT] = to_array_record(**cohort.state_arrays())
     metrics = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in rep.metrics.items()}
-    content = RecordDict(
-        {
-            "local": to_array_record(W=rep.W, Pi=rep.Pi, nu=np.asarray(rep.nu, dtype=float)),
-            "metrics": MetricRecord(metrics),
-        }
-    )
+    local = {"W": rep.W, "Pi": rep.Pi, "nu": np.asarray(rep.nu, dtype=float)}
+    if rep.sketch is not None:
+        local["sketch"] = rep.sketch
+    content = RecordDict({"local": to_array_record(**local), "metrics": MetricRecord(metrics)})
     return Message(content, reply_to=msg)
 
 

@@ -191,6 +191,7 @@ def _report_from(rep: Message) -> RoundReport:
         Pi=np.asarray(a["Pi"], dtype=float),
         nu=np.asarray(a["nu"], dtype=float).reshape(-1),
         metrics={k: np.array([float(v)]) for k, v in m.items()},
+        sketch=np.asarray(a["sketch"], dtype=float) if "sketch" in a else None,
     )
 
 
@@ -502,14 +503,17 @@ class RemoteClients:
         self.initialised: set[str] = set()
         self.rnd = 0
 
-    def local_round(self, V, clients=None) -> RoundReport:
+    def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
         gw = self.gw
         self.rnd += 1
         chosen = gw.order if clients is None else [gw.order[i] for i in clients]
         targets = [lab for lab in chosen if lab in self.active]
         contents = {}
+        cfg = {"round": self.rnd}
+        if restart or sketch_rank:  # re-merges (FedEP.remerge): as the in-process cohort
+            cfg.update({"restart": int(bool(restart)), "sketch-rank": int(sketch_rank)})
         for lab in targets:
-            rd = {"global": to_array_record(V=V), "round": ConfigRecord({"round": self.rnd})}
+            rd = {"global": to_array_record(V=V), "round": ConfigRecord(cfg)}
             if lab not in self.initialised:
                 rd["init"] = to_array_record(V0=self.V0)
             contents[gw.node_of[lab]] = RecordDict(rd)
