@@ -192,3 +192,20 @@ def test_authors_variant_one_penalty_mean_weighted_by_samples():
     np.testing.assert_allclose(rep.nu, sizes)
     Z, _ = server_round("fedpg", rep, V)
     np.testing.assert_allclose(Z, np.tensordot(sizes / sizes.sum(), rep.W, axes=1), atol=1e-12)
+
+
+def test_recorded_objective_is_the_consensus_reconstruction_error():
+    """The stopping measure watches the global model: a round's objective is the pooled
+    reconstruction error of the consensus the clients received, not of their own bases."""
+    blocks = _blocks(seed=7)
+    V = random_stiefel(10, 3, np.random.default_rng(8))
+    coh = FedPGCohort(blocks, V, _settings(**DEFAULT))
+    for _ in range(3):
+        rep = coh.local_round(V)
+        V_new, rec = server_round("fedpg", rep, V)
+        P = polar(V)  # an orthonormal basis of span(V), like the QR the clients take
+        expect = sum(np.sum((b - b @ P @ P.T) ** 2) for b in blocks)
+        assert rec["objective"] == pytest.approx(expect, rel=1e-10)
+        local = sum(np.sum((b - b @ W @ W.T) ** 2) for b, W in zip(blocks, rep.W, strict=True))
+        assert abs(local - expect) > 1e-9 * expect  # the local bases' error differs
+        V = V_new

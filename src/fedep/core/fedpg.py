@@ -201,7 +201,14 @@ class FedPGCohort:
                 rg = g - W @ WtG
                 W = retract_qr(W, -lr * rg)
         self.W[idx], self.Y[idx] = W, Y
-        fit = self.trX[idx] - np.einsum("dij,dij->d", W, C @ W)
+        # The reconstruction error of the consensus received (the global model, an
+        # orthonormal basis of span(Z)), not of the local bases: the stopping test
+        # watches the objective of the model that scores. With the relative penalty
+        # the local W_i keep closing on Z for long after the consensus has settled
+        # (measured: NSL-KDD rich, rank 9, the consensus objective still within 1e-5
+        # of the energy per round from round ~45, the local fits' sum not by 200).
+        Q = np.linalg.qr(np.asarray(Z, dtype=float))[0]
+        fit = self.trX[idx] - np.einsum("ij,dij->d", Q, C @ Q)
         metrics = {
             "fit": fit,
             "projection": fit,

@@ -251,8 +251,10 @@ def converged(record: dict, tol: float, method: str) -> bool:
     ``||X||``.
 
     FedPG's server has no penalty-weighted Lagrangian; it stops when its objective
-    (the clients' reconstruction errors) is stationary in the same sense,
-    ``objective_change <= tol``. Not on the change of the basis: between directions of
+    (the pooled reconstruction error of the consensus the clients received, i.e. of
+    the global model; not of their local bases, which keep closing on the consensus
+    long after it has settled) is stationary in the same sense, ``objective_change <=
+    tol``. Not on the change of the basis: between directions of
     nearly equal variance the basis keeps turning for hundreds of rounds (measured on
     the official splits at the automatic rank) while the reconstruction error, and so
     every detection score, no longer moves.
