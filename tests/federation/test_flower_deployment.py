@@ -38,6 +38,7 @@ def _nodes(tmp, data_dir):
             "partition-id": i,
             "num-partitions": D,
             "dataset": "nsl-kdd",
+            "feature-set": "paper",  # numeric features: compared with the in-process fit
             "max-rows": MAX_ROWS,
             "data-dir": str(data_dir),
             "model-path": str(tmp / f"gateway-{i}.fedep"),

@@ -25,7 +25,12 @@ pytest.importorskip("flwr")
 
 from fedep.federation.flower import launch  # noqa: E402
 from fedep.federation.flower.launch import UsageError, log_error  # noqa: E402
-from fedep.federation.flower.protocol import GatewayDataError, load_gateway_data  # noqa: E402
+from fedep.federation.flower.protocol import (  # noqa: E402
+    GatewayDataError,
+    holds_table,
+    load_gateway_data,
+    load_gateway_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "fedep.federation.flower.launch"
@@ -187,6 +192,10 @@ def test_data_dir_resolved_absolute_from_a_fresh_checkout(tmp_path, monkeypatch)
     nodes = launch._node_configs(a)
     want = str((tmp_path / "shared" / "data").resolve())
     assert [n["data-dir"] for n in nodes] == [want, want]  # absolute: gateways run elsewhere
+    # the feature set travels in the node config; generic (the raw table) by default
+    assert [n["feature-set"] for n in nodes] == ["generic", "generic"]
+    rich = launch.parse(["--gateways", "2", "--dataset", "nsl-kdd", "--feature-set", "rich"])
+    assert [n["feature-set"] for n in launch._node_configs(rich)] == ["rich", "rich"]
     assert a.out == (tmp_path / "main" / "runs" / "flower").resolve()
     monkeypatch.setenv("FEDEP_DATA_DIR", "../shared/data")  # a relative env value too
     a = launch.parse(["--gateways", "1", "--dataset", "nsl-kdd"])
@@ -238,8 +247,18 @@ def test_gateway_data_errors_are_one_line_naming_the_file(tmp_path):
                 "num-partitions": 2,
                 "dataset": "nsl-kdd",
                 "data-dir": str(tmp_path),
+                "feature-set": "paper",
             },  # fmt: skip
             "KDDTrain+",
+        ),
+        # the default feature set is the raw table, for the feature pipeline only
+        "generic": (
+            {"partition-id": 0, "num-partitions": 2, "dataset": "nsl-kdd"},
+            "feature-set 'generic' is the raw table",
+        ),
+        "feature-set": (
+            {"partition-id": 0, "num-partitions": 2, "feature-set": "fancy"},
+            "feature-set must be one of paper, rich, generic; got 'fancy'",
         ),
         "config": ({"foo": 1}, "node config needs data-path"),
         "partition": ({"partition-id": 3, "num-partitions": 2}, "partition-id must be in"),
@@ -250,6 +269,23 @@ def test_gateway_data_errors_are_one_line_naming_the_file(tmp_path):
         msg = str(info.value)
         assert "\n" not in msg and msg.startswith("gateway data: "), (name, msg)
         assert says in msg, (name, msg)
+
+
+def test_generic_partition_is_a_table_with_one_line_errors(tmp_path):
+    cfg = {"partition-id": 0, "num-partitions": 2, "dataset": "nsl-kdd", "data-dir": str(tmp_path)}
+    assert holds_table(cfg) and holds_table({**cfg, "feature-set": "generic"})
+    assert not holds_table({**cfg, "feature-set": "rich"})
+    assert not holds_table({"partition-id": 0, "synthetic-seed": 1})
+    assert holds_table({"data-path": "gw.csv"})
+    for bad, says in [
+        (cfg, "KDDTrain+"),  # the dataset's files are not in data-dir
+        ({**cfg, "partition-id": 2}, "partition-id must be in [0, 2); got 2"),
+        ({"partition-id": 0, "dataset": "nsl-kdd"}, "partition-id needs num-partitions"),
+    ]:
+        with pytest.raises(GatewayDataError) as info:
+            load_gateway_table(bad)
+        msg = str(info.value)
+        assert "\n" not in msg and msg.startswith("gateway data: ") and says in msg, msg
 
 
 def test_client_app_imports_no_scikit_learn():

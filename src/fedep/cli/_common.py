@@ -8,18 +8,14 @@ import os
 import sys
 from pathlib import Path
 
+from fedep._names import DATASET_FEATURE_SETS, PARTITIONS
+from fedep._names import DATASETS as DATASET_NAMES
+
 PROG = "fedep"
 
-DATASET_NAMES = ("nsl-kdd", "unsw-nb15", "ton-iot")
-PARTITIONS = ("sorted", "dirichlet", "iid")
 
 #: Seed of the client partition when ``--random-state`` is not given.
 DEFAULT_PARTITION_SEED = 0
-
-#: ``--feature-set`` of an official dataset: ``generic`` (the raw table through the
-#: model's feature pipeline, as a user's file) or a hand-written specification of
-#: :func:`fedep.data.load_dataset`.
-CLI_FEATURE_SETS = ("generic", "rich", "paper")
 
 
 class UsageError(ValueError):
@@ -157,7 +153,7 @@ def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
     p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
     p.add_argument(
         "--feature-set",
-        choices=CLI_FEATURE_SETS,
+        choices=DATASET_FEATURE_SETS,
         default="generic",
         help="features of an official dataset: generic = its raw table as your own file "
         "(the automatic feature pipeline, stored in the model), rich / paper = the "

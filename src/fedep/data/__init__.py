@@ -2,7 +2,13 @@
 
 from fedep.data.datasets import DATASETS, NSL_KDD_ATTACK_CATEGORIES, Dataset, load_dataset
 from fedep.data.errors import DataError, DatasetNotFoundError
-from fedep.data.features import FEATURE_SETS, FEATURE_SPECS, FORBIDDEN_COLUMNS, TARGET_COLUMNS
+from fedep.data.features import (
+    DATASET_FEATURE_SETS,
+    FEATURE_SETS,
+    FEATURE_SPECS,
+    FORBIDDEN_COLUMNS,
+    TARGET_COLUMNS,
+)
 from fedep.data.files import (
     FileRecord,
     format_verify_report,
@@ -31,6 +37,7 @@ from fedep.data.tabular import TableData, load_csv, load_table
 
 __all__ = [
     "DATASETS",
+    "DATASET_FEATURE_SETS",
     "FEATURE_SETS",
     "FEATURE_SPECS",
     "FORBIDDEN_COLUMNS",

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedep._names import DATASETS
 from fedep.data.errors import DataError, DatasetNotFoundError
 from fedep.data.features import (
     FEATURE_SETS,
@@ -50,7 +51,6 @@ from fedep.data.files import DATASET_URLS, resolve_data_dir
 
 __all__ = ["ALIAS_COLUMNS", "DATASETS", "NSL_KDD_ATTACK_CATEGORIES", "Dataset", "load_dataset"]
 
-DATASETS = ("nsl-kdd", "unsw-nb15", "ton-iot")
 DEFAULT_TEST_SIZE = 0.3
 #: Columns the loader adds to the raw frames (alias -> source column), so that every
 #: dataset has the paper's ``src_bytes`` / ``dst_bytes`` partition keys. They are copies:

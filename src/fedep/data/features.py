@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from fedep._names import DATASET_FEATURE_SETS, FEATURE_SETS
 from fedep.data.errors import DataError
 
 __all__ = [
@@ -56,9 +57,9 @@ __all__ = [
     "TON_IOT_COLUMNS",
     "FeatureSpec",
     "FeatureTransformer",
+    "DATASET_FEATURE_SETS",
 ]
 
-FEATURE_SETS = ("paper", "rich")
 
 NSL_KDD_COLUMNS: tuple[str, ...] = (
     "duration protocol_type service flag src_bytes dst_bytes land wrong_fragment urgent hot "

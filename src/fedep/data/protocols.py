@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from fedep._names import PARTITIONS
 from fedep.data.datasets import Dataset
 from fedep.data.partition import partition_dirichlet, partition_iid, partition_sorted
 
 __all__ = ["ClientSplit", "make_client_split"]
 
-PARTITIONS = ("sorted", "dirichlet", "iid")
 PROTOCOLS = ("clean", "contaminated")
 
 

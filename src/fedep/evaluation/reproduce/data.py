@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedep._names import DATASET_FEATURE_SETS as FEATURE_SETS
 from fedep.data import (
     ClientSplit,
     Dataset,
@@ -67,7 +68,6 @@ def synthetic_split(seed: int, n_clients: int = 20, rank: int = 5) -> ClientSpli
 #: Feature sets of the reproduction: the dataset loader's two hand-written
 #: specifications, and ``"generic"``, the raw tables through the automatic feature
 #: pipeline as a user's files (:meth:`fedep.data.Dataset.raw_inputs`).
-FEATURE_SETS = ("paper", "rich", "generic")
 
 
 def _row_ids(ds: Dataset) -> Dataset:

@@ -8,9 +8,10 @@ One line::
 starts ``flower-superlink`` and ``flower-supernode`` processes on 127.0.0.1
 (``--insecure``: loopback only), submits the app with ``flwr run``, waits for the
 ServerApp's ``result.json``, and stops every process it started. Gateway ``i`` gets
-``--node-config "partition-id=i num-partitions=N dataset=... data-dir=... model-path=..."``
-(or ``data-path=...`` with ``--csv``) and writes ``gateway-<i>.fedep``, a model file
-``fedep score`` reads.
+``--node-config "partition-id=i num-partitions=N dataset=... data-dir=...
+feature-set=... model-path=..."`` (``--feature-set``, default ``generic``: the raw
+table through the feature pipeline; or ``data-path=...`` with ``--csv``) and writes
+``gateway-<i>.fedep``, a model file ``fedep score`` reads.
 
 Everything is checked before any process starts (an error is one line on stderr and
 exit status 2): ``--gateways``, the dataset name and its files in the data directory
@@ -59,6 +60,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from fedep._names import DATASET_FEATURE_SETS
 
 if TYPE_CHECKING:  # imported when used: bad arguments are answered before scikit-learn loads
     from fedep.federation.rounds import FederationResult
@@ -468,6 +471,14 @@ def _base_parser(methods) -> _Parser:
     src.add_argument("--csv", nargs="+", help="one CSV per gateway (data-path)")
     ap.add_argument("--max-rows", type=int, help="subsample of normal training rows")
     ap.add_argument(
+        "--feature-set",
+        choices=DATASET_FEATURE_SETS,
+        default="generic",
+        help="features of --dataset: generic = its raw table through the feature pipeline "
+        "(as your own files), rich / paper = the hand-written specifications "
+        "(default: generic)",
+    )
+    ap.add_argument(
         "--data-dir", help="dataset directory (default FEDEP_DATA_DIR, then ../shared/data)"
     )
     ap.add_argument("--method", default="fedep", choices=methods)
@@ -629,6 +640,7 @@ def _node_configs(a) -> list[dict]:
                 "num-partitions": a.gateways,
                 "dataset": a.dataset,
                 "data-dir": str(a.data_dir),
+                "feature-set": a.feature_set,
             }
             if a.max_rows:
                 cfg["max-rows"] = a.max_rows

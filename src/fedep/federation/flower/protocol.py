@@ -204,9 +204,29 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
 
 
 def holds_table(node_config: dict) -> bool:
-    """Whether the gateway's records are a raw table (``data-path``) rather than a numeric
-    source (a dataset partition, a synthetic gateway)."""
-    return "data-path" in node_config
+    """Whether the gateway's records are a raw table (``data-path``, or a partition of an
+    official dataset with ``feature-set='generic'``, the default) rather than numeric
+    features (a partition with ``feature-set`` ``'rich'`` or ``'paper'``, a synthetic
+    gateway)."""
+    cfg = dict(node_config)
+    return "data-path" in cfg or (_is_partition(cfg) and _feature_set(cfg) == "generic")
+
+
+def _is_partition(cfg: dict) -> bool:
+    """A partition of an official dataset (not a file, not a synthetic gateway)."""
+    return "data-path" not in cfg and "partition-id" in cfg and "synthetic-seed" not in cfg
+
+
+def _feature_set(cfg: dict) -> str:
+    from fedep._names import DATASET_FEATURE_SETS
+
+    fs = str(cfg.get("feature-set", "generic"))
+    if fs not in DATASET_FEATURE_SETS:
+        raise GatewayDataError(
+            f"gateway data: feature-set must be one of {', '.join(DATASET_FEATURE_SETS)}; "
+            f"got {fs!r}"
+        )
+    return fs
 
 
 def _table_label(cfg: dict, path: str) -> str:
@@ -238,6 +258,8 @@ def load_gateway_table(node_config: dict):
         a bad label column, a file that is not a table).
     """
     cfg = dict(node_config)
+    if _is_partition(cfg):
+        return _partition_table(cfg)
     path = str(cfg.get("data-path", ""))
     try:
         df = _load_gateway_table(cfg, path)
@@ -314,22 +336,58 @@ def _load_gateway_data(cfg: dict) -> tuple[np.ndarray, str, list[str] | None]:
         X = rng.normal(size=(rows, 3)) @ basis.T * 3.0 + 0.3 * rng.normal(size=(rows, n))
         X += 0.5 * pid
         return X, label, None
-    d = int(cfg["num-partitions"])
-    if not 0 <= pid < d:
-        raise GatewayDataError(f"gateway data: partition-id must be in [0, {d}); got {pid}")
+    _partition_index(cfg)
+    fs = _feature_set(cfg)
+    if fs == "generic":
+        raise GatewayDataError(
+            f"gateway data: dataset {cfg.get('dataset', 'nsl-kdd')}: feature-set 'generic' "
+            "is the raw table through the feature pipeline (run config features='auto', "
+            "the default); feature-set 'rich' or 'paper' gives numeric features"
+        )
+    ds, rows = _partition_rows(cfg, fs)
+    return ds.X_train[rows], label, list(ds.feature_names)
+
+
+def _partition_rows(cfg: dict, feature_set: str):
+    """The official dataset and the training rows of partition ``partition-id``: the
+    normal rows, shuffled with ``seed``, cut to ``max-rows``, split into
+    ``num-partitions`` contiguous parts (in file order within a part)."""
     from fedep.data import load_dataset
 
+    pid, d = _partition_index(cfg)
     ds = load_dataset(
-        str(cfg.get("dataset", "nsl-kdd")),
-        cfg.get("data-dir") or None,
-        feature_set=str(cfg.get("feature-set", "paper")),
+        str(cfg.get("dataset", "nsl-kdd")), cfg.get("data-dir") or None, feature_set=feature_set
     )
-    X = ds.X_train[ds.y_train == 0]
-    order = np.random.default_rng(int(cfg.get("seed", 0))).permutation(X.shape[0])
+    normal = np.flatnonzero(ds.y_train == 0)
+    order = np.random.default_rng(int(cfg.get("seed", 0))).permutation(normal.size)
     if "max-rows" in cfg:
         order = order[: int(cfg["max-rows"])]
-    part = np.array_split(order, d)[pid]
-    return X[np.sort(part)], label, list(ds.feature_names)
+    return ds, normal[np.sort(np.array_split(order, d)[pid])]
+
+
+def _partition_index(cfg: dict) -> tuple[int, int]:
+    """``(partition-id, num-partitions)``, checked."""
+    if "num-partitions" not in cfg:
+        raise GatewayDataError("gateway data: partition-id needs num-partitions")
+    pid, d = int(cfg["partition-id"]), int(cfg["num-partitions"])
+    if not 0 <= pid < d:
+        raise GatewayDataError(f"gateway data: partition-id must be in [0, {d}); got {pid}")
+    return pid, d
+
+
+def _partition_table(cfg: dict):
+    """The raw training table of an official dataset's partition (``feature-set``
+    ``'generic'``): the same rows as :func:`_partition_rows`, every column but the labels,
+    as the gateway's own file would hold them."""
+    try:
+        # the cheap paper matrix carries the labels and the row order of the raw table
+        ds, rows = _partition_rows(cfg, "paper")
+    except GatewayDataError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GatewayDataError(f"gateway data: {_one_line(exc)}") from exc
+    df = ds.raw_inputs()[0].iloc[rows].reset_index(drop=True)
+    return df, str(cfg.get("client-label", cfg["partition-id"]))
 
 
 def sort_labels(labels: list[str]) -> list[str]:
