@@ -171,8 +171,9 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
     ``num-partitions``: the normal training rows of the official split, shuffled with
     ``seed`` (default 0), cut to ``max-rows`` (optional, before partitioning) and split
     into ``num-partitions`` contiguous parts (``data-dir`` optional, else
-    ``FEDEP_DATA_DIR``). ``synthetic-seed`` with ``partition-id`` draws a synthetic
-    gateway (tests, demos).
+    ``FEDEP_DATA_DIR``), as numeric features when ``feature-set`` is ``'rich'`` or
+    ``'paper'`` (``'generic'``, the default, is a raw table: :func:`load_gateway_table`).
+    ``synthetic-seed`` with ``partition-id`` draws a synthetic gateway (tests, demos).
 
     Returns
     -------
@@ -236,7 +237,9 @@ def _table_label(cfg: dict, path: str) -> str:
 
 
 def load_gateway_table(node_config: dict):
-    """The gateway's raw training table (``data-path``), for the feature pipeline.
+    """The gateway's raw training table (``data-path``, or an official dataset's
+    partition with ``feature-set='generic'``: the rows :func:`load_gateway_data` would
+    give, every column but the labels), for the feature pipeline.
 
     The file is read by :func:`fedep.data.read_table` (CSV/TSV, Zeek TSV or JSON logs,
     Parquet, Arrow; node config ``format``, ``delimiter`` and ``infinity`` as its
