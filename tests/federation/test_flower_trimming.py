@@ -187,3 +187,70 @@ def test_a_malformed_trimming_reply_ends_the_run_naming_its_gateway():
     assert records.parse([("a", {"x": 1})], lambda rep: rep["x"]) == [1]
     with pytest.raises(RuntimeError, match="^gateway b sent a malformed record-trimming reply"):
         records.parse([("a", {"x": 1}), ("b", {})], lambda rep: rep["x"])
+
+
+class _Reply:
+    def __init__(self, content):
+        self.content = content
+
+
+def _counting_records(values: dict, lie: dict | None = None):
+    """A RemoteRecords whose gateways answer range / count queries from ``values``
+    (label -> 1-D array); ``lie[label](counts) -> counts`` falsifies a gateway's counts."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fedep.federation.flower.protocol import to_array_record
+    from fedep.federation.flower.server_app import Gateways, RemoteRecords
+
+    lie = lie or {}
+
+    class Records(RemoteRecords):
+        def ask(self, op, kind, std, params, T=None, **cfg):
+            out = []
+            for lab, v in values.items():
+                if op == "range":
+                    rd = {
+                        "range": to_array_record(lo=v[:1] * 0 + v.min(), hi=v[:1] * 0 + v.max()),
+                        "count": ConfigRecord({"count": len(v)}),
+                    }
+                else:
+                    c = (v[None, :] <= np.atleast_1d(T)[:, None]).sum(axis=1).astype(np.int64)
+                    rd = {"counts": to_array_record(c=lie.get(lab, lambda c: c)(c))}
+                out.append((lab, _Reply(RecordDict(rd))))
+            return out
+
+    labels = list(values)
+    gw = Gateways(order=labels, node_of={lab: i for i, lab in enumerate(labels)}, label_of={})
+    return Records(None, gw, timeout=1.0, min_clients=1)
+
+
+def test_count_search_over_gateways_finds_the_order_statistic():
+    from fedep.core.trimming import order_statistic
+
+    rng = np.random.default_rng(0)
+    values = {"a": rng.normal(size=40), "b": rng.normal(3.0, 1.0, size=25)}
+    counts = _counting_records(values).counts("dist", None, None, None)
+    pooled = np.sort(np.concatenate(list(values.values())))
+    assert counts.n == 65
+    for k in (1, 13, 33, 65):
+        t = order_statistic(counts.le, k, counts.lo, counts.hi)
+        assert (pooled <= t).sum() == k and t >= pooled[k - 1]
+
+
+@pytest.mark.parametrize(
+    "lie, says",
+    [
+        (lambda c: c + 30, "counts above the 20 values it declared"),  # more than it holds
+        (lambda c: c[::-1].copy(), "counts that fall as the cut grows"),  # not monotone
+    ],
+)
+def test_a_gateway_lying_in_a_count_search_ends_the_run_naming_it(lie, says):
+    from fedep.core.trimming import order_statistic
+
+    rng = np.random.default_rng(1)
+    values = {"a": rng.normal(size=30), "b": rng.normal(size=20)}
+    counts = _counting_records(values, lie={"b": lie}).counts("dist", None, None, None)
+    with pytest.raises(RuntimeError) as e:
+        order_statistic(counts.le, 25, counts.lo, counts.hi)
+    msg = str(e.value)
+    assert msg.startswith("gateway b sent a malformed record-trimming reply") and says in msg

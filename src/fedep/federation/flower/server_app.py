@@ -579,10 +579,18 @@ class RemoteCounts:
                 raise ValueError(f"range of shapes {lo.shape}, {hi.shape} or not finite")
             return lo, hi, int(rep.content["count"]["count"])
 
-        ranges = records.parse(records.ask("range", kind, std, params), range_of)
+        replies = records.ask("range", kind, std, params)
+        ranges = records.parse(replies, range_of)
         lo = np.min([r[0] for r in ranges], axis=0)
         hi = np.max([r[1] for r in ranges], axis=0)
-        self.n = int(sum(r[2] for r in ranges))
+        # each gateway's count bounds its answers: a count search adds up what the
+        # gateways say, so one that claims more values than it declared, or counts that
+        # fall as the cut grows, would move the cut for every gateway
+        self.n_of = {lab: r[2] for (lab, _), r in zip(replies, ranges, strict=True)}
+        if any(n < 0 for n in self.n_of.values()):
+            bad = next(lab for lab, n in self.n_of.items() if n < 0)
+            raise RuntimeError(f"gateway {bad} sent a malformed record-trimming reply: count < 0")
+        self.n = int(sum(self.n_of.values()))
         self.lo, self.hi = (lo, hi) if self.columns else (float(lo[0]), float(hi[0]))
         self.n_queries = 0
 
@@ -591,14 +599,20 @@ class RemoteCounts:
         t = np.asarray(t, dtype=float)
         t = t if self.columns else np.atleast_1d(t)
 
-        def counts_of(rep):
+        def counts_of(label, rep):
             c = np.asarray(arrays_of(rep.content["counts"])["c"])
             if c.shape != t.shape or c.dtype.kind not in "iu" or (c < 0).any():
                 raise ValueError(f"counts of shape {c.shape} and type {c.dtype}, not {t.shape}")
+            if (c > self.n_of[label]).any():
+                raise ValueError(f"counts above the {self.n_of[label]} values it declared")
+            # a count of values at or below t cannot fall as t grows
+            order = np.argsort(t, axis=-1, kind="stable")
+            if (np.diff(np.take_along_axis(c, order, axis=-1), axis=-1) < 0).any():
+                raise ValueError("counts that fall as the cut grows")
             return c
 
         reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg)
-        return sum(self.records.parse(reps, counts_of))
+        return sum(self.records.parse(reps, counts_of, labelled=True))
 
     def le(self, t) -> np.ndarray:
         return self._counts("le", t)
@@ -648,13 +662,13 @@ class RemoteRecords:
             raise RuntimeError(f"record trimming needs every gateway's answer{_why(gw)}")
         return [(lab, replies[gw.node_of[lab]]) for lab in self.labels]
 
-    def parse(self, replies, read) -> list:
-        """``read(reply)`` of each ``(label, reply)``; a malformed reply ends the run with
-        one line naming its gateway."""
+    def parse(self, replies, read, *, labelled: bool = False) -> list:
+        """``read(reply)`` (``read(label, reply)`` if ``labelled``) of each ``(label,
+        reply)``; a malformed reply ends the run with one line naming its gateway."""
         out = []
         for lab, rep in replies:
             try:
-                out.append(read(rep))
+                out.append(read(lab, rep) if labelled else read(rep))
             except (KeyError, ValueError, TypeError) as exc:
                 raise RuntimeError(
                     f"gateway {lab} sent a malformed record-trimming reply: {exc}"
