@@ -20,3 +20,4 @@ FEATURE_SETS = ("paper", "rich")
 #: the estimator's feature pipeline, as a user's own file would go. ``"generic"`` is the
 #: default wherever one is chosen (``--feature-set``, the node config's ``feature-set``).
 DATASET_FEATURE_SETS = ("paper", "rich", "generic")
+DEFAULT_FEATURE_SET = "generic"

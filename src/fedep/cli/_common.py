@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from fedep._names import DATASET_FEATURE_SETS, PARTITIONS
+from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET, PARTITIONS
 from fedep._names import DATASETS as DATASET_NAMES
 
 PROG = "fedep"
@@ -154,7 +154,7 @@ def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
     p.add_argument(
         "--feature-set",
         choices=DATASET_FEATURE_SETS,
-        default="generic",
+        default=DEFAULT_FEATURE_SET,
         help="features of an official dataset: generic = its raw table as your own file "
         "(the automatic feature pipeline, stored in the model), rich / paper = the "
         "hand-written specifications (default: generic)",

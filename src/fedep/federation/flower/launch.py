@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedep._names import DATASET_FEATURE_SETS
+from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
 
 if TYPE_CHECKING:  # imported when used: bad arguments are answered before scikit-learn loads
     from fedep.federation.rounds import FederationResult
@@ -473,7 +473,7 @@ def _base_parser(methods) -> _Parser:
     ap.add_argument(
         "--feature-set",
         choices=DATASET_FEATURE_SETS,
-        default="generic",
+        default=DEFAULT_FEATURE_SET,
         help="features of --dataset: generic = its raw table through the feature pipeline "
         "(as your own files), rich / paper = the hand-written specifications "
         "(default: generic)",

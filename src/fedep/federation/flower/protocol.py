@@ -219,9 +219,9 @@ def _is_partition(cfg: dict) -> bool:
 
 
 def _feature_set(cfg: dict) -> str:
-    from fedep._names import DATASET_FEATURE_SETS
+    from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
 
-    fs = str(cfg.get("feature-set", "generic"))
+    fs = str(cfg.get("feature-set", DEFAULT_FEATURE_SET))
     if fs not in DATASET_FEATURE_SETS:
         raise GatewayDataError(
             f"gateway data: feature-set must be one of {', '.join(DATASET_FEATURE_SETS)}; "
