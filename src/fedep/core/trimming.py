@@ -43,10 +43,14 @@ of its kept residual energies, with the kept means for ``mu``); it finds it from
 its scores are at or below each, and the server narrows the bracket until a cut keeps
 exactly ``h`` records (:func:`order_statistic`, a few exchanges of a few numbers). Each
 gateway then keeps its records at or below the cut and the model is refitted on the
-kept records, warm-started at the previous consensus. No score or record leaves a
-gateway. With a federated fit in step 1 (FedEP, FedPG) the fit step is the federation's
-estimate of PCA rather than exact PCA, so the descent property is exact for pooled PCA
-and approximate for the federations; the kept-set fixed point stops both.
+kept records, started from the one-shot merge of the kept records' sketches, as the
+first fit is (the estimators' ``init="oneshot"``; warm-started at the previous
+consensus with ``init="random"``): rounds warm-started at the previous consensus move
+a weak direction of a steep spectrum too slowly to reach the new kept set's before
+they stop (``FedEP._warm_start``). No score or record leaves a gateway. With a
+federated fit in step 1 (FedEP, FedPG) the fit step is the federation's estimate
+of PCA rather than exact PCA, so the descent property is exact for pooled PCA and
+approximate for the federations; the kept-set fixed point stops both.
 
 The loop is :func:`concentration_steps`, written once against :class:`TrimRecords`
 (the gateways' answers: counts, sums, kept moments): the in-process ``fit`` drives it
@@ -697,7 +701,8 @@ def concentration_steps(
     records : TrimRecords
     fit : callable
         ``fit(mean, scale, V)`` fits the model on the kept records standardised by
-        ``(mean, scale)``, warm-started at ``V`` (None: the first fit); returns the
+        ``(mean, scale)``, given the previous consensus ``V`` (None: the first fit; the
+        estimators start from it only with ``init="random"``); returns the
         consensus ``V`` (n, r, orthonormal) and whatever the caller needs of the fit.
     mean, scale : ndarray of shape (n,)
         The standardisation of every record.
