@@ -54,26 +54,8 @@ class _FederatedMixin:
         """Whether the round loop starts with re-merges (FedEP with ``S``)."""
         return False
 
-    def _warm_start(self, V) -> bool:
-        """Whether a refit on a new kept set (record trimming) starts at the previous
-        consensus ``V``: only with ``init="random"``. With ``init="oneshot"`` every fit
-        starts from the one-shot merge of the records it fits, as the first one does.
-
-        A C-step's fit step is the PCA of the kept records. The rounds move a basis in a
-        direction of the kept records' spectrum at a rate set by its eigenvalue against
-        the consensus penalty (``nu_i`` in units of the largest one), and the stopping
-        rule measures changes against the records' whole energy: when the spectrum is
-        steep (in the median start's units on TON-IoT, ``lam_10 / lam_1`` ~ 6e-4), the
-        rounds from the previous consensus stop long before its weak directions reach
-        the kept set's (TON-IoT, 5 % attacks, FedEP without ``S``: projector distance
-        1.41 from pooled PCA of the same kept records, residual energy 4.5 times its
-        optimum). The one-shot merge of the kept records is already their PCA (exact
-        for IID gateways up to the sketches' truncation).
-        """
-        return V is not None and self.init != "oneshot"
-
     def _fit_clients(self, blocks, rng, V0=None):
-        if not self._warm_start(V0):
+        if V0 is None:
             V0 = self._init_basis(blocks, rng)
         cohort = self._make_cohort(blocks, V0)
         res = self._run_rounds(cohort, V0, rng, self.callback)
@@ -204,8 +186,8 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         each client scores its own records, the server finds from counts of scores
         the cut that trims the ``contamination`` share of all records, each client
         drops its records above the cut and the model is refitted on the rest
-        (from the one-shot merge of the kept records with ``init="oneshot"``,
-        warm-started at the previous consensus with ``"random"``), until the kept
+        (from the one-shot merge of the kept records with ``init="oneshot"``; warm-
+        started at the previous consensus with ``"random"``), until the kept
         set stops changing or after ``trim_steps`` refits. Records are ranked by
         their distance under the probabilistic PCA of the kept records (in-subspace
         and residual parts): trimmed PPCA, robust to whole anomalous records such as

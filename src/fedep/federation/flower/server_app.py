@@ -27,7 +27,7 @@ cut of each selection step (from counts of the gateways' PPCA distances), the
 contamination estimate (``"auto"``, from counts of log residual energies) and the kept
 moments are ``query.trim`` exchanges; each concentration step then runs the setup and
 the rounds again on the gateways' kept records, from the merge of their sketches
-(warm-started with ``init="random"``). No record, score or kept
+(warm-started as in-process: ``_warm_start``). No record, score or kept
 set leaves a gateway, and the result equals the in-process fit (tested).
 """
 
@@ -808,13 +808,13 @@ def run_federation(
 
     records = RemoteRecords(grid, gw, timeout, min_clients)
 
-    def fit_kept(mean, scale, V):
-        """One federation on the gateways' kept records (from their one-shot merge, or
-        warm-started at ``V`` with ``init="random"``: ``est._warm_start``)."""
+    def fit_kept(mean, scale, V, same):
+        """One federation on the gateways' kept records: from the merge of their
+        sketches, or warm-started at ``V`` (``est._warm_start``)."""
         if V is not None:  # a later concentration step: the gateways still in the run
             gw.order = list(records.labels)
         std = {"mean": mean, "scale": scale, "constant": constant}
-        warm = est._warm_start(V)
+        warm = est._warm_start(V, same)
         V0 = setup_gateways(
             grid, gw, est, method, std, timeout, min_clients, r, reason, sketch=not warm
         )
