@@ -449,7 +449,7 @@ class BaseFederatedDetector(BaseEstimator):
         eigenvalue against the consensus penalty (``nu_i`` in units of the largest), and
         the stopping rule weighs changes against the records' whole energy: when the
         spectrum is steep (in the median start's units on TON-IoT, ``lam_10 / lam_1`` ~
-        6e-4), rounds from the previous consensus stop long before its weak directions
+        4e-4), rounds from the previous consensus stop long before its weak directions
         reach the new kept set's (TON-IoT, 5 % attacks, FedEP without ``S``: projector
         distance 1.41 from pooled PCA of the same kept records, residual energy 4.5
         times its optimum). The one-shot merge of the kept records is their PCA (up to
