@@ -50,6 +50,8 @@ METHODS = {
     "pca-robust": lambda r, s: PooledPCA(r, **ROBUST),
     "fedep-robust": lambda r, s: FedEP(r, random_state=s, **ROBUST),
     "fedpg-robust": lambda r, s: FedPG(r, random_state=s, **ROBUST),
+    # FedEP without the entry-wise S (no re-merges): the federation's fit step alone.
+    "fedep-robust-nos": lambda r, s: FedEP(r, random_state=s, sparse_corruption=False, **ROBUST),
     # The same trimming from every record: isolates the effect of the start.
     "pca-robust-all": lambda r, s: PooledPCA(r, **{**ROBUST, "trim_start": "all"}),
     "fedep-robust-all": lambda r, s: FedEP(r, random_state=s, **{**ROBUST, "trim_start": "all"}),

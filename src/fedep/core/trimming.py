@@ -43,10 +43,15 @@ of its kept residual energies, with the kept means for ``mu``); it finds it from
 its scores are at or below each, and the server narrows the bracket until a cut keeps
 exactly ``h`` records (:func:`order_statistic`, a few exchanges of a few numbers). Each
 gateway then keeps its records at or below the cut and the model is refitted on the
-kept records, warm-started at the previous consensus. No score or record leaves a
-gateway. With a federated fit in step 1 (FedEP, FedPG) the fit step is the federation's
-estimate of PCA rather than exact PCA, so the descent property is exact for pooled PCA
-and approximate for the federations; the kept-set fixed point stops both.
+kept records, started as the first fit is (the one-shot merge of the kept records'
+sketches with the estimators' ``init="oneshot"``), not at the previous consensus:
+rounds warm-started there move a weak direction of a steep spectrum too slowly to
+reach the new kept set's before they stop (``_warm_start`` of the estimators; warm
+only when the kept records are the previous fit's, or with ``init="random"``). No
+score or record leaves a gateway. With a federated fit in step 1 (FedEP, FedPG) the
+fit step is the federation's estimate of PCA rather than exact PCA, so the descent
+property is exact for pooled PCA and approximate for the federations; the kept-set
+fixed point stops both.
 
 The loop is :func:`concentration_steps`, written once against :class:`TrimRecords`
 (the gateways' answers: counts, sums, kept moments): the in-process ``fit`` drives it
@@ -696,8 +701,10 @@ def concentration_steps(
     ----------
     records : TrimRecords
     fit : callable
-        ``fit(mean, scale, V)`` fits the model on the kept records standardised by
-        ``(mean, scale)``, warm-started at ``V`` (None: the first fit); returns the
+        ``fit(mean, scale, V, same)`` fits the model on the kept records standardised
+        by ``(mean, scale)``, given the previous consensus ``V`` (None: the first fit)
+        and ``same``, whether the kept records are those of the previous fit (the
+        estimators start from ``V`` only then or with ``init="random"``); returns the
         consensus ``V`` (n, r, orthonormal) and whatever the caller needs of the fit.
     mean, scale : ndarray of shape (n,)
         The standardisation of every record.
@@ -735,6 +742,7 @@ def concentration_steps(
         if rescale:
             scale = start_scale
     V = fitted = None
+    same = False  # whether the kept records are those of the previous fit
     for step in range(steps + 1):
         if kept:
             # The location is fitted on the kept records (part of the trimmed
@@ -742,11 +750,13 @@ def concentration_steps(
             # the robust start set), so that the objective of successive steps is
             # comparable and the C-steps descend.
             mean = combine_moments(records.kept_moments()).mean
-        V, fitted = fit(mean, scale, V)
+        V, fitted = fit(mean, scale, V, same)
         if step == steps:
             break
         record, changed = selection(records, mean, scale, V, share, contamination, min_rows)
         history.append(record)
+        # A share of 0 ("auto") after the fit on every record keeps every record again.
+        same = not changed or (not kept and record["share"] == 0.0)
         if kept and not changed:
             break
         kept = True

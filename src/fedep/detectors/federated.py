@@ -186,12 +186,14 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         each client scores its own records, the server finds from counts of scores
         the cut that trims the ``contamination`` share of all records, each client
         drops its records above the cut and the model is refitted on the rest
-        (warm-started), until the kept set stops changing or after ``trim_steps``
-        refits. Records are ranked by their distance under the probabilistic PCA of
-        the kept records (in-subspace and residual parts): trimmed PPCA, robust to
-        whole anomalous records such as attacks in unlabelled training traffic (see
-        :mod:`fedep.core.trimming`). Scores stay the residual energy. The same loop
-        runs over Flower (run-config ``trim-steps``), with the same result.
+        (from the one-shot merge of the kept records with ``init="oneshot"``; warm-
+        started at the previous consensus with ``"random"``), until the kept
+        set stops changing or after ``trim_steps`` refits. Records are ranked by
+        their distance under the probabilistic PCA of the kept records (in-subspace
+        and residual parts): trimmed PPCA, robust to whole anomalous records such as
+        attacks in unlabelled training traffic (see :mod:`fedep.core.trimming`).
+        Scores stay the residual energy. The same loop runs over Flower (run-config
+        ``trim-steps``), with the same result.
     trim_share : float in (0, 0.5) or None, default=None
         Share of records trimmed at each concentration step (None: the
         ``contamination`` share, estimated for ``"auto"``). Trimming more than the

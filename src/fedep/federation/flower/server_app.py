@@ -26,7 +26,8 @@ the robust start (coordinate-wise median and the start set, from counts), the gl
 cut of each selection step (from counts of the gateways' PPCA distances), the
 contamination estimate (``"auto"``, from counts of log residual energies) and the kept
 moments are ``query.trim`` exchanges; each concentration step then runs the setup and
-the rounds again on the gateways' kept records, warm-started. No record, score or kept
+the rounds again on the gateways' kept records, from the merge of their sketches
+(warm-started as in-process: ``_warm_start``). No record, score or kept
 set leaves a gateway, and the result equals the in-process fit (tested).
 """
 
@@ -821,15 +822,17 @@ def run_federation(
 
     records = RemoteRecords(grid, gw, timeout, min_clients)
 
-    def fit_kept(mean, scale, V):
-        """One federation on the gateways' kept records (warm-started at ``V``)."""
+    def fit_kept(mean, scale, V, same):
+        """One federation on the gateways' kept records: from the merge of their
+        sketches, or warm-started at ``V`` (``est._warm_start``)."""
         if V is not None:  # a later concentration step: the gateways still in the run
             gw.order = list(records.labels)
         std = {"mean": mean, "scale": scale, "constant": constant}
+        warm = est._warm_start(V, same)
         V0 = setup_gateways(
-            grid, gw, est, method, std, timeout, min_clients, r, reason, sketch=V is None
+            grid, gw, est, method, std, timeout, min_clients, r, reason, sketch=not warm
         )
-        if V is not None:
+        if warm:
             V0 = V
         elif V0 is None:
             V0 = random_stiefel(n_features, r, rng)
