@@ -34,22 +34,24 @@ def test_training_set_caps_at_the_available_attacks():
 
 
 def _fake_values(cfg, names):
-    c, seed, values = cfg["contaminated"], cfg["seeds"][0], {}
-    for i, name in enumerate(names):
-        for share in c["shares"]:
-            for j, m in enumerate(METHODS):
-                values[f"contam-{name}-{float(share):g}-{m}-s{seed}"] = {
-                    "roc_auc": 0.9 - share * j / 10 - i / 100,
-                    "fpr": 0.05,
-                    "f1": 0.5,
-                    "contamination_": None if m == "MCD (centralised)" else share / 2,
-                    "true_share": share,
-                    "n_train": 1000,
-                    "n_test": 100,
-                    "fit_time_s": 1.0,
-                    "n_trim_steps": None,
-                    "n_iter": None,
-                }
+    c, values = cfg["contaminated"], {}
+    for seed in cfg["seeds"]:
+        for i, name in enumerate(names):
+            for share in c["shares"]:
+                for j, m in enumerate(METHODS):
+                    values[f"contam-{name}-{float(share):g}-{m}-s{seed}"] = {
+                        # seed k moves every ROC AUC by k / 100
+                        "roc_auc": 0.9 - share * j / 10 - i / 100 + seed / 100,
+                        "fpr": 0.05,
+                        "f1": 0.5,
+                        "contamination_": None if m == "MCD (centralised)" else share / 2,
+                        "true_share": share,
+                        "n_train": 1000,
+                        "n_test": 100,
+                        "fit_time_s": 1.0,
+                        "n_trim_steps": None,
+                        "n_iter": None,
+                    }
     return values
 
 
@@ -59,7 +61,7 @@ def test_collect_and_section_give_every_cell_and_the_auc_lost():
     ct = collect_contaminated(_fake_values(cfg, names), cfg, names)
     shares = cfg["contaminated"]["shares"]
     assert len(ct["rows"]) == len(names) * len(shares) * len(METHODS)
-    assert ct["config"]["seed"] == cfg["seeds"][0]
+    assert ct["config"]["seeds"] == cfg["seeds"]
     text = "".join(contaminated_section({"contaminated": ct}))
     assert "## Training on traffic that already holds attacks" in text
     for m in METHODS:
@@ -69,5 +71,23 @@ def test_collect_and_section_give_every_cell_and_the_auc_lost():
     lost = top * (len(METHODS) - 1) / 10
     assert f"| nsl-kdd | {METHODS[-1]} | {100 * top:.0f} | {lost:+.4f} |" in text
     assert f"| {METHODS[-1]} | 0.9000 | 5.00 | 50.00 | - |" in text  # MCD: no estimate
+    assert "lowest" not in text  # one seed: no spread
     assert contaminated_section({"contaminated": {"config": {}, "rows": []}}) == []
     assert contaminated_section({}) == []
+
+
+def test_several_seeds_give_mean_spread_lowest_and_the_loss_of_the_means():
+    cfg = {**MODES["quick"], "seeds": [0, 1, 2]}
+    names = ["nsl-kdd"]
+    values = _fake_values(cfg, names)
+    values.pop(f"contam-nsl-kdd-0-{METHODS[0]}-s2")  # a missing cell is left out, not zero
+    ct = collect_contaminated(values, cfg, names)
+    shares = cfg["contaminated"]["shares"]
+    assert len(ct["rows"]) == len(shares) * len(METHODS) * 3 - 1
+    assert {r["seed"] for r in ct["rows"]} == {0, 1, 2}
+    text = "".join(contaminated_section({"contaminated": ct}))
+    assert "seeds 0, 1, 2" in text and "| lowest |" in text
+    # MCD (j = 4) at the clean share: 0.90, 0.91, 0.92 -> mean 0.91, std 0.0082, lowest 0.90
+    assert f"| 0.0 | {METHODS[-1]} | 0.9100 ± 0.0082 | 0.9000 |" in text
+    # method 0 clean over seeds 0 and 1 only: 0.905; at 20 % over 0, 1, 2: 0.91
+    assert f"| nsl-kdd | {METHODS[0]} | {100 * max(shares):.0f} | -0.0050 |" in text

@@ -90,8 +90,8 @@ version 4 added ``feature_sets``, version 5 ``contaminated``)::
                        "scaling": {dataset: {"chosen": rule, "by_scaling": {rule:
                                    {"val_roc_auc", "rank"}}}} (generic path, validation)},
       "contaminated": {"config": {shares, n_normal, n_clients, rank, n_rounds,
-                                  trim_steps, trim_share, mcd_rows, max_test_rows, seed},
-                       "rows": [{"dataset", "share", "method", "roc_auc", "fpr", "f1",
+                                  trim_steps, trim_share, mcd_rows, max_test_rows, seeds},
+                       "rows": [{"dataset", "share", "method", "seed", "roc_auc", "fpr", "f1",
                                  "contamination_" (estimated), "true_share", "n_train",
                                  "n_test", "fit_time_s", "n_trim_steps", "n_iter"}]}
                       (training on traffic with injected attacks, no labels: see
