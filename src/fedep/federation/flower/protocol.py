@@ -37,8 +37,9 @@ Message types (ServerApp -> ClientApp), in order:
     reason; reply: the client's sketch ``(n, k)`` (of its kept records) when ``init =
     "oneshot"``, else an acknowledgement. With record trimming the setup and the
     ``train`` rounds run once per concentration step, on the kept records, from the
-    merge of their sketches (warm-started at the previous step's consensus as
-    in-process, ``_warm_start``).
+    merge of their sketches, as in-process (warm-started at the previous step's
+    consensus only when the kept records are unchanged or ``init="random"``:
+    ``_warm_start``).
 ``train`` (one per round)
     content: ``V`` (n, r) and the round number; reply: ``W``, ``Pi`` (1, n, r), ``nu``
     (1,) and the scalar metrics of :meth:`FedEPCohort.local_round`. In FedEP's first

@@ -27,7 +27,8 @@ cut of each selection step (from counts of the gateways' PPCA distances), the
 contamination estimate (``"auto"``, from counts of log residual energies) and the kept
 moments are ``query.trim`` exchanges; each concentration step then runs the setup and
 the rounds again on the gateways' kept records, from the merge of their sketches
-(warm-started as in-process: ``_warm_start``). No record, score or kept
+(warm-started only when the kept records are unchanged, as in-process: ``_warm_start``).
+No record, score or kept
 set leaves a gateway, and the result equals the in-process fit (tested).
 """
 
