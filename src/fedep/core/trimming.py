@@ -84,7 +84,7 @@ share ``p`` of the records, shifted by ``D`` in ``k`` of ``n`` features, sits at
 about ``k (1 - p) D / sqrt(p (1 - p) D^2 + s^2)`` (~``2.5 k`` at ``p`` = 0.2) from
 the median, a normal record at ~``0.8 n``: the start excludes such a cluster only
 when it is far in more than about a third of the features (true of the DoS floods of
-NSL-KDD, not of a cluster shifted in a few features; see ``tests/test_robust.py``).
+NSL-KDD, not of a cluster shifted in a few features; see ``tests/detectors/test_robust.py``).
 Scaling by the median absolute deviation instead (robust to the inflation) was
 worse on the real data (UNSW-NB15: ROC AUC ~0.5 instead of ~0.84), where most
 features have MAD 0. On TON-IoT with 10-20% injected attacks the start keeps much of
