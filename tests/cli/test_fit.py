@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -204,3 +205,25 @@ def test_fit_prints_the_automatic_rank_and_its_reason(files, tmp_path, capsys):
     assert f"r={r}: " in line and "Gavish-Donoho" in line and "merged covariance" in line
     assert _fit(files, out, "--method", "pca", "--n-components", "2", "--quiet") == 0
     assert "rank 2 (r=2: n_components=2 given)" in capsys.readouterr().out
+
+
+def test_fit_reports_record_trimming_and_the_estimated_contamination(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    extra = ["--n-components", "2", "--trim-steps", "2", "--trim-share", "0.1"]
+    assert _fit(files, out, *extra, "--contamination", "auto", "--quiet") == 0
+    text = capsys.readouterr().out
+    n = int(re.search(r"(\d+) training rows", text).group(1))
+    line = next(ln for ln in text.splitlines() if ln.startswith("record trimming:"))
+    # a fixed share: every step keeps n - round(0.1 n) records
+    assert f"10.0 % trimmed at each; kept {n - round(0.1 * n)} of {n} records" in line
+    assert re.search(r"record trimming: [12] selection steps?, ", line)
+    det = fedep.load(out)
+    est = next(ln for ln in text.splitlines() if ln.startswith("contamination:"))
+    assert f"{100 * det.contamination_:.2f} % of the training records" in est
+
+
+def test_fit_without_trimming_prints_no_trimming_line(files, tmp_path, capsys):
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--n-components", "2", "--quiet") == 0
+    text = capsys.readouterr().out
+    assert "record trimming" not in text and "contamination:" not in text

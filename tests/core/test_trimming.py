@@ -9,6 +9,7 @@ from fedep.core.trimming import (
     ScoreCounts,
     _ppca_fit,
     coordinate_median,
+    describe_trimming,
     estimate_contamination,
     keep_at_or_below,
     kept_count,
@@ -151,3 +152,37 @@ def test_median_distance_is_the_scaled_l1_distance():
     X, m, s = rng.standard_normal((6, 3)), rng.standard_normal(3), rng.uniform(0.5, 2, 3)
     want = [sum(abs(x[f] - m[f]) / s[f] for f in range(3)) for x in X]
     np.testing.assert_allclose(median_distance(X, m, s), want)
+
+
+def test_describe_trimming_names_the_steps_the_share_the_kept_records_and_the_stop():
+    assert describe_trimming([], 100) == "record trimming: off (trim_steps=0)"
+    fixed = [
+        {"share": 0.2, "n_kept": 80, "objective": 1.0, "changed": True},
+        {"share": 0.2, "n_kept": 80, "objective": 0.9, "changed": False},
+    ]
+    text = describe_trimming(fixed, 100)
+    assert text.startswith("record trimming: 2 selection steps, 20.0 % trimmed at each")
+    assert "kept 80 of 100 records" in text and "the kept set stopped changing" in text
+    cap = [
+        {"share": 0.05, "n_kept": 95, "objective": 1.0, "changed": True},
+        {"share": 0.071, "n_kept": 93, "objective": 0.9, "changed": True},
+    ]
+    text = describe_trimming(cap)
+    assert "trimmed 5.0 -> 7.1 %" in text and "kept 93 records" in text
+    assert "at the step cap" in text
+
+
+@pytest.mark.parametrize("steps", [1, 2, 8])
+def test_trim_history_says_whether_each_step_changed_the_kept_set(steps):
+    from fedep import PooledPCA
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 6)) * [4.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    X[:30] += 8.0  # a cluster of outlying records
+    det = PooledPCA(2, trim_steps=steps, trim_share=0.1).fit(X, groups=np.arange(300) % 3)
+    hist = det.trim_history_
+    assert [h["changed"] for h in hist[:-1]] == [True] * (len(hist) - 1)
+    # the loop ends at a fixed point (the last step changed nothing) or at the cap
+    assert (not hist[-1]["changed"]) or len(hist) == steps
+    if len(hist) < steps:
+        assert not hist[-1]["changed"]

@@ -95,6 +95,7 @@ def test_trimming_over_flower_is_the_inprocess_fit(tmp_path, method, cls, params
     assert len(res.trim_history) == det.n_trim_steps_
     for a, b in zip(det.trim_history_, res.trim_history, strict=True):
         assert a["n_kept"] == b["n_kept"] and a["share"] == pytest.approx(b["share"], abs=0)
+        assert a["changed"] == b["changed"]
         assert b["objective"] == pytest.approx(a["objective"], rel=1e-9)
     assert det.trim_history_[0]["n_kept"] < X.shape[0]  # records were trimmed
     assert res.n_rounds == det.n_iter_

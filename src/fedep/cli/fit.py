@@ -190,6 +190,16 @@ def cmd_fit(args) -> int:
         print(f"feature pipeline: {n_cols} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))
     print(f"rank {det.n_components_} ({det.rank_reason_})")
+    if det.trim_steps:
+        from fedep.core.trimming import describe_trimming
+
+        print(describe_trimming(det.trim_history_, n_rows))
+    if det.contamination == "auto":
+        print(
+            f"contamination: {100 * det.contamination_:.2f} % of the training records, "
+            "estimated from their scores without labels (the threshold is their "
+            f"{100 * (1 - det.contamination_):.2f}th percentile)"
+        )
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")

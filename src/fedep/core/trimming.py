@@ -152,6 +152,7 @@ __all__ = [
     "median_start",
     "selection",
     "concentration_steps",
+    "describe_trimming",
 ]
 
 #: Robust z-score above which a record counts as contamination (chosen on synthetic
@@ -726,7 +727,8 @@ def concentration_steps(
     V, fitted
         What the last ``fit`` returned.
     history : list of dict
-        One record per selection step (:func:`selection`).
+        One record per selection step (:func:`selection`), with ``changed``: whether
+        any gateway's kept set changed at that step (:func:`describe_trimming`).
     """
     history: list[dict] = []
     kept = False
@@ -754,6 +756,7 @@ def concentration_steps(
         if step == steps:
             break
         record, changed = selection(records, mean, scale, V, share, contamination, min_rows)
+        record["changed"] = bool(changed)
         history.append(record)
         # A share of 0 ("auto") after the fit on every record keeps every record again.
         same = not changed or (not kept and record["share"] == 0.0)
@@ -761,3 +764,32 @@ def concentration_steps(
             break
         kept = True
     return mean, scale, V, fitted, history
+
+
+def describe_trimming(history: list[dict], n_records: int | None = None) -> str:
+    """One line on a record trimming run from its history (:func:`concentration_steps`):
+    the selection steps, the share trimmed, the records kept and why it stopped.
+
+    The loop stops when the kept set no longer changes (a fixed point of the C-steps)
+    or after ``trim_steps`` selections; a last step that still changed the kept set
+    means the step cap ended it.
+    """
+    if not history:
+        return "record trimming: off (trim_steps=0)"
+    shares = [100.0 * float(h["share"]) for h in history]
+    if max(shares) - min(shares) < 0.05:
+        trimmed = f"{shares[-1]:.1f} % trimmed at each"
+    else:
+        trimmed = "trimmed " + " -> ".join(f"{v:.1f}" for v in shares) + " %"
+    last = history[-1]
+    stop = (
+        "at the step cap (trim_steps) with the kept set still changing"
+        if last.get("changed", False)
+        else "the kept set stopped changing"
+    )
+    n = len(history)
+    of = f" of {n_records}" if n_records is not None else ""
+    return (
+        f"record trimming: {n} selection step{'s' if n != 1 else ''}, {trimmed}; kept "
+        f"{int(last['n_kept'])}{of} records; stopped: {stop}"
+    )

@@ -751,6 +751,10 @@ def _run(a, table, guard: _SignalGuard) -> int:
             f"round {rec['round']:3d}  objective {rec['objective']:.6g}  "
             f"gateways {len(rec['participants'])}  {rec['time_s'] * 1e3:.1f} ms"
         )
+    if res.trim_history:
+        from fedep.core.trimming import describe_trimming
+
+        print(describe_trimming(res.trim_history))
     print(f"{res.stop_reason} after {res.n_rounds} rounds; models and logs in {a.out}")
     if res.failed:
         _report_failures(dep, res.failed, a.gateways)
