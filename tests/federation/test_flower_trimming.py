@@ -124,6 +124,11 @@ def test_trimming_over_flower_is_the_inprocess_fit(tmp_path, method, cls, params
             atol=1e-9,
         )
 
+    # The kept records' moments ride on the cut replies: no separate moments exchange
+    # while the gateways stay (none leaves here).
+    ops = [m.metadata.group_id for _, m in grid.sent if m.metadata.message_type == "query.trim"]
+    assert "trim-cut" in ops and "trim-moments" not in ops
+
     # The trimming exchanges carry counts and sums: no record, no per-record array.
     n = X.shape[1]
     replies = [(nid, m) for nid, m in grid.sent if m.metadata.message_type == "query.trim"]
@@ -255,3 +260,41 @@ def test_a_gateway_lying_in_a_count_search_ends_the_run_naming_it(lie, says):
         order_statistic(counts.le, 25, counts.lo, counts.hi)
     msg = str(e.value)
     assert msg.startswith("gateway b sent a malformed record-trimming reply") and says in msg
+
+
+def test_a_cut_reply_whose_moments_disagree_with_its_kept_count_ends_the_run():
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fedep.federation.flower.protocol import to_array_record
+    from fedep.federation.flower.server_app import Gateways, RemoteRecords
+
+    def reply(n_kept, n_moments):
+        return _Reply(
+            RecordDict(
+                {
+                    "kept": ConfigRecord({"n-kept": n_kept, "kept-sum": 1.0, "changed": 1}),
+                    "moments": to_array_record(mean=np.zeros(2), m2=np.ones(2)),
+                    "count": ConfigRecord({"count": n_moments, "n-features": 2}),
+                }
+            )
+        )
+
+    class Records(RemoteRecords):
+        sent: list = []
+
+        def ask(self, op, kind, std, params, T=None, **cfg):
+            self.sent.append(op)
+            return [("a", reply(5, 5)), ("b", reply(4, self.b_moments))]
+
+    gw = Gateways(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={})
+    ok = Records(None, gw, timeout=1.0, min_clients=1)
+    ok.b_moments = 4
+    assert ok.cut("ppca", 0.0, 1.0, {}, 0.5, 1)[0] == 9
+    assert [m.count for m in ok.kept_moments()] == [5, 4] and ok.sent == ["cut"]
+    ok.labels = ["a"]  # a gateway left: the cached moments are stale, ask again
+    ok.kept_moments()
+    assert ok.sent == ["cut", "moments"]
+    bad = Records(None, gw, timeout=1.0, min_clients=1)
+    bad.b_moments = 7
+    with pytest.raises(RuntimeError, match="^gateway b sent a malformed record-trimming reply"):
+        bad.cut("ppca", 0.0, 1.0, {}, 0.5, 1)

@@ -291,7 +291,8 @@ def trim(msg: Message, context: Context) -> Message:
       (``|v - center| <=`` for ``abs_le``);
     - ``cut``: keeps the records whose value is at or below ``cut`` (at least
       ``min-rows``), stores that set here and replies ``n-kept``, the sum of the kept
-      values and whether the set changed;
+      values, whether the set changed and the moments of the kept records (as
+      ``moments`` does);
     - ``moments``: the moments of the kept records (unstandardised);
     - ``ppca-sums``: the kept count, ``sum t_k^2`` (r,) and the kept residual energy
       in ``V``.
@@ -331,7 +332,11 @@ def trim(msg: Message, context: Context) -> Message:
         context.state[_KEEP] = to_array_record(keep=new)
         stats = {"n-kept": int(new.sum()), "kept-sum": float(values[new].sum())}
         stats["changed"] = int(changed)
-        return Message(RecordDict({"kept": MetricRecord(stats)}), reply_to=msg)
+        # the kept records' moments ride along: the server needs them next (the kept
+        # mean), and each exchange costs a ClientApp start under a deployment
+        reply = _moments_reply(msg, X[new], _meta(context)["label"])
+        reply.content["kept"] = MetricRecord(stats)
+        return reply
     counts = ScoreCounts([counted])
     if op == "range":
         content = RecordDict(

@@ -30,8 +30,9 @@ Message types (ServerApp -> ClientApp), in order:
     counts of the gateway's values at or below each cut (same shape as ``T``), its
     count and smallest / largest value (``range``), its kept count and sums
     (``ppca-sums``: ``sum t_k^2`` (r,), residual energy; ``cut``: kept count, sum of
-    kept values, whether its kept set changed) or the moments of its kept records. The
-    kept set stays on the gateway.
+    kept values, whether its kept set changed, and the moments of its kept records,
+    which spares the next ``moments`` exchange) or the moments of its kept records.
+    The kept set stays on the gateway.
 ``train.setup``
     content: ``mean``, ``scale`` (n,), the estimator settings with the rank and its
     reason; reply: the client's sketch ``(n, k)`` (of its kept records) when ``init =

@@ -635,6 +635,9 @@ class RemoteRecords:
     def __init__(self, grid, gw: Gateways, timeout: float, min_clients: int):
         self.grid, self.gw, self.timeout, self.min_clients = grid, gw, timeout, min_clients
         self.labels = list(gw.order)
+        # the kept records' moments of the last cut, with the gateways that sent them:
+        # the next kept_moments() needs no exchange while those gateways are the run's
+        self._kept: tuple[list[str], list[Moments]] | None = None
 
     def ask(self, op: str, kind: str, std: dict | None, params: dict | None, T=None, **cfg):
         """One ``query.trim`` exchange; ``(label, reply)`` in gateway order."""
@@ -689,10 +692,20 @@ class RemoteRecords:
             return int(k["n-kept"]), float(k["kept-sum"]), bool(k["changed"])
 
         kept = self.parse(reps, kept_of)
+        moments = self.parse(reps, _moments_of)
+        for (lab, _), (n, *_), m in zip(reps, kept, moments, strict=True):
+            if m.count != n:
+                raise RuntimeError(
+                    f"gateway {lab} sent a malformed record-trimming reply: moments of "
+                    f"{m.count} records for {n} kept"
+                )
+        self._kept = ([lab for lab, _ in reps], moments)
         n_kept = int(sum(k[0] for k in kept))
         return n_kept, float(sum(k[1] for k in kept)), any(k[2] for k in kept)
 
     def kept_moments(self):
+        if self._kept is not None and self._kept[0] == self.labels:
+            return self._kept[1]
         return self.parse(self.ask("moments", "", None, None), _moments_of)
 
     def ppca_sums(self, mean, scale, V):
