@@ -429,12 +429,16 @@ def _loads_same_or_refuses(path: Path, meta, arrays, **kw) -> None:
         assert got[k].dtype == a.dtype and np.array_equal(got[k], a)
 
 
-@settings(
+#: The fuzz tests' settings: many seeded examples over one fixture of model files.
+_FUZZ = settings(
     max_examples=300,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
+
+
+@_FUZZ
 @given(data=st.data())
 def test_fuzz_one_bit_flip(fuzz_files, data):
     d, meta, arrays, files = fuzz_files
@@ -448,12 +452,7 @@ def test_fuzz_one_bit_flip(fuzz_files, data):
     _loads_same_or_refuses(p, meta, arrays, **key)
 
 
-@settings(
-    max_examples=300,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@_FUZZ
 @given(data=st.data())
 def test_fuzz_overwrite_byte(fuzz_files, data):
     d, meta, arrays, files = fuzz_files
