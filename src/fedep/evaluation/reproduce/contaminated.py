@@ -162,6 +162,11 @@ def _cell(data, name: str, share: float, method: str, c: dict, seed: int):
     return compute
 
 
+def _key(name: str, share, method: str, seed: int) -> str:
+    """The cache key of one cell (the same in the plan and the collection)."""
+    return f"contam-{name}-{float(share):g}-{method}-s{seed}"
+
+
 def contaminated_cells(ctx, name: str) -> list:
     """One cell per share, method and seed; none for the synthetic fallback."""
     from fedep.evaluation.reproduce.plan import Cell
@@ -172,7 +177,7 @@ def contaminated_cells(ctx, name: str) -> list:
     sec = f"{name} (contaminated training)"
     return [
         Cell(
-            f"contam-{name}-{share:g}-{method}-s{seed}",
+            _key(name, share, method, seed),
             sec,
             _cell(ctx.best_data, name, float(share), method, c, seed),
         )
@@ -190,7 +195,7 @@ def collect_contaminated(values: dict[str, Any], cfg: dict, names: list[str]) ->
         for share in c["shares"]:
             for method in METHODS:
                 for seed in cfg["seeds"]:
-                    key = f"contam-{name}-{float(share):g}-{method}-s{seed}"
+                    key = _key(name, share, method, seed)
                     if key in values:
                         rows.append({"dataset": name, "share": float(share),
                                      "method": method, "seed": seed, **values[key]})  # fmt: skip

@@ -28,8 +28,8 @@ contamination estimate (``"auto"``, from counts of log residual energies) and th
 moments are ``query.trim`` exchanges; each concentration step then runs the setup and
 the rounds again on the gateways' kept records, from the merge of their sketches
 (warm-started only when the kept records are unchanged, as in-process: ``_warm_start``).
-No record, score or kept
-set leaves a gateway, and the result equals the in-process fit (tested).
+No record, score or kept set leaves a gateway, and the result equals the in-process fit
+(tested).
 """
 
 from __future__ import annotations
@@ -579,7 +579,10 @@ class RemoteCounts:
             lo, hi = np.asarray(a["lo"], dtype=float), np.asarray(a["hi"], dtype=float)
             if lo.shape != hi.shape or not (np.isfinite(lo).all() and np.isfinite(hi).all()):
                 raise ValueError(f"range of shapes {lo.shape}, {hi.shape} or not finite")
-            return lo, hi, int(rep.content["count"]["count"])
+            n = int(rep.content["count"]["count"])
+            if n < 0:
+                raise ValueError("count < 0")
+            return lo, hi, n
 
         replies = records.ask("range", kind, std, params)
         ranges = records.parse(replies, range_of)
@@ -589,9 +592,6 @@ class RemoteCounts:
         # gateways say, so one that claims more values than it declared, or counts that
         # fall as the cut grows, would move the cut for every gateway
         self.n_of = {lab: r[2] for (lab, _), r in zip(replies, ranges, strict=True)}
-        if any(n < 0 for n in self.n_of.values()):
-            bad = next(lab for lab, n in self.n_of.items() if n < 0)
-            raise RuntimeError(f"gateway {bad} sent a malformed record-trimming reply: count < 0")
         self.n = int(sum(self.n_of.values()))
         self.lo, self.hi = (lo, hi) if self.columns else (float(lo[0]), float(hi[0]))
         self.n_queries = 0
