@@ -705,3 +705,77 @@ def test_typed_read_equals_inferring_read(tmp_path, monkeypatch, column, block):
     monkeypatch.setattr(rcsv, "_first_block_types", lambda *a: {})
     reference = read_table(p)
     pd.testing.assert_frame_equal(typed, reference)
+
+
+# plain-number files that pandas' C parser might read differently from pyarrow's
+_NUMERIC_FILES = {
+    "plain": "a,b\n1,0.5\n2,-1e-3\n3,4\n",
+    "plus_and_spaces": "a,b\n+1, 2.5\n2,2.5 \n 3,.5\n",
+    "overflow_float": "a,b\n1,1e400\n2,-1e400\n",
+    "infinity_words": "a,b\n1,Infinity\n2,-inf\n3,INF\n",
+    "int_too_big": "a,b\n1,2\n9223372036854775808,3\n",
+    "quoted": 'a,b\n"1","2.5"\n2,3\n',
+    "crlf_and_blank": "a,b\r\n1,2\r\n\r\n3,4\r\n",
+    "trailing_field": "a,b\n1,2\n3,4,\n",
+    "trailing_every_row": "a,b\n1,2,\n3,4,\n",
+    "short_row": "a,b\n1,2\n3\n",
+    "missing_value": "a,b\n1,2\n3,\n",
+    "nan_word": "a,b\n1,2\n3,NaN\n",
+    "text_later": "a,b\n1,2\n3,x\n",
+    "float_in_int": "a,b\n1,2\n3.5,4\n",
+}
+
+
+def _read_or_error(p, **kw):
+    try:
+        return read_table(p, **kw)
+    except ReadError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("name", sorted(_NUMERIC_FILES))
+@pytest.mark.parametrize("infinity", ["nan", "clip"])
+def test_numeric_fast_path_equals_pyarrow_read(tmp_path, monkeypatch, name, infinity):
+    # a file of plain numbers is read by pandas' C parser; whatever it reads differently
+    # must fall back, so that the result (or the error) is pyarrow's
+    import fedep.data.readers.csv as rcsv
+
+    p = tmp_path / "n.csv"
+    p.write_bytes(_NUMERIC_FILES[name].encode())
+    fast = _read_or_error(p, infinity=infinity)
+    fast_subset = _read_or_error(p, infinity=infinity, columns=["b", "a"])
+    monkeypatch.setattr(rcsv, "_numeric_table", lambda *a: None)
+    reference = _read_or_error(p, infinity=infinity)
+    reference_subset = _read_or_error(p, infinity=infinity, columns=["b", "a"])
+    for got, want in [(fast, reference), (fast_subset, reference_subset)]:
+        if isinstance(want, str):
+            assert got == want
+        else:
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_numeric_fast_path_is_taken_and_refuses_what_it_cannot_vouch_for(tmp_path):
+    import fedep.data.readers.csv as rcsv
+    from fedep.data.readers.source import _open_source
+
+    def fast(text, name="n.csv", columns=None):
+        p = tmp_path / name
+        p.write_text(text)
+        src = _open_source(p)
+        names = ["a", "b"]
+        types = rcsv._first_block_types(src, names, ",", columns)
+        return rcsv._numeric_table(src, names, ",", columns, types)
+
+    df = fast("a,b\n1,0.5\n2,1.5\n")
+    assert df is not None and df["a"].dtype == np.int64 and df["b"].tolist() == [0.5, 1.5]
+    assert fast("a,b\n1,0.5\n", columns=["b", "a"]) is None  # usecols would hide long rows
+    for text in [
+        _NUMERIC_FILES["short_row"],
+        _NUMERIC_FILES["trailing_field"],
+        _NUMERIC_FILES["missing_value"],
+        _NUMERIC_FILES["text_later"],
+        _NUMERIC_FILES["int_too_big"],
+        "a,b\nx,1\n",  # text in the first block: not tried
+        "a,b\n+1,2\n",  # pyarrow's first block says float64, pandas int64
+    ]:
+        assert fast(text) is None, text

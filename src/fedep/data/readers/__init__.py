@@ -10,7 +10,9 @@ Supported formats (``format=``):
 ``"csv"`` / ``"tsv"``
     Delimited text with a header line; the delimiter is sniffed from the header line
     (the most frequent of ``,`` tab ``;`` ``|``) unless given. Parsed by ``pyarrow.csv``
-    (multi-threaded); column types are inferred over the whole file, so a column mixing
+    (multi-threaded; a whole uncompressed file of plain numbers by pandas' C parser,
+    faster on few cores, falling back to pyarrow for anything it would read
+    differently); column types are inferred over the whole file, so a column mixing
     numbers and text is kept as a string column (never dropped). Empty fields and the
     usual missing markers (``NA``, ``NaN``, ``null`` ...) are missing values; a column
     with no value at all is float64 NaN. Blank lines carry no data and are ignored. Text

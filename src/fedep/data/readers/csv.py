@@ -1,13 +1,17 @@
 """CSV / TSV: pyarrow's parser, whole-file or streamed in chunks, with an encoding
-fallback and exact line numbers for malformed rows."""
+fallback and exact line numbers for malformed rows; a whole file of plain numbers goes
+through pandas' C parser first (faster on few cores), and anything it would read
+differently falls back to pyarrow."""
 
 from __future__ import annotations
 
 import csv
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -178,6 +182,9 @@ def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
     _check_columns(src.path, names, columns)
     table = None
     types = _first_block_types(src, names, delimiter, columns)
+    fast = _numeric_table(src, names, delimiter, columns, types)
+    if fast is not None:
+        return fast
     if types:
         # The types pyarrow infers from the first block, given up front: parsing then
         # skips the inference (about 30 % less CPU time and a smaller peak). The whole
@@ -204,6 +211,55 @@ def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
     if table.num_rows == 0:
         raise ReadError(src.path, _NO_ROWS, line=2)
     return _to_pandas(table, release=True)
+
+
+_NUMERIC = (pa.int64(), pa.float64())
+
+
+def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None:
+    """The whole file by pandas' C parser when every column is a plain number; else None.
+
+    Tried only for a whole uncompressed UTF-8 file (no ``columns``: pandas' ``usecols``
+    would let a row with too many fields through, and costs it its second thread)
+    whose every column pyarrow typed int64 or float64 in the first block: pandas'
+    parser reads such a file about 1.5x as fast as pyarrow's on two cores. Its result
+    is kept only if every column has the first block's type over the whole file, with
+    no missing value and the default index; anything else gives None and the pyarrow
+    read below, which also words the errors (line, column). That covers a parse
+    error, text in a number column, a missing number, a row with too few fields
+    (pandas pads it with NaN instead of refusing it) and a row one field too long
+    (pandas would take its first field as an index). The dtypes are checked after the
+    read, not given to pandas: given, they make its parse about twice as slow. One
+    known difference remains: an integer written ``+5`` after the first block keeps
+    its column int64 here, where pyarrow would make the column float64 (same values).
+    """
+    if columns is not None or src.compression is not None or src.encoding != "utf-8":
+        return None
+    if len(types) != len(names) or any(t not in _NUMERIC for t in types.values()):
+        return None
+    try:
+        with warnings.catch_warnings():
+            # e.g. pandas' mixed-types warning: such a file falls back to pyarrow anyway
+            warnings.simplefilter("ignore")
+            df = pd.read_csv(
+                src.path,
+                sep=delimiter,
+                header=None,
+                skiprows=1,
+                names=names,
+                engine="c",
+                encoding="utf-8",
+            )
+    except (ValueError, TypeError, OverflowError, OSError, pd.errors.ParserError):
+        return None
+    if not isinstance(df.index, pd.RangeIndex) or len(df) == 0:
+        return None
+    for c in names:
+        if df[c].dtype != types[c].to_pandas_dtype():
+            return None
+        if df[c].dtype == np.float64 and np.isnan(df[c].to_numpy()).any():
+            return None
+    return df
 
 
 def _first_block_types(src, names, delimiter, columns) -> dict[str, pa.DataType]:
