@@ -707,8 +707,14 @@ def test_typed_read_equals_inferring_read(tmp_path, monkeypatch, column, block):
     pd.testing.assert_frame_equal(typed, reference)
 
 
-# plain-number files that pandas' C parser might read differently from pyarrow's
+# number and text files that pandas' C parser might read differently from pyarrow's
 _NUMERIC_FILES = {
+    "text": 'a,b\nx y,1\n"q,uoted",2\n  spaced ,3\n"say ""hi""",4\n',
+    "text_missing": "a,b\nx,1\n,2\nNA,3\n",
+    "text_none_word": "a,b\nx,1\nNone,2\n<NA>,3\n",
+    "text_numbers_later": "a,b\nx,1\n5,2\n",
+    "bool": "a,b\ntrue,1\nfalse,2\n",
+    "timestamp": "a,b\n2024-01-01 00:00:00,1\n2024-01-02 00:00:00,2\n",
     "plain": "a,b\n1,0.5\n2,-1e-3\n3,4\n",
     "plus_and_spaces": "a,b\n+1, 2.5\n2,2.5 \n 3,.5\n",
     "overflow_float": "a,b\n1,1e400\n2,-1e400\n",
@@ -721,7 +727,7 @@ _NUMERIC_FILES = {
     "short_row": "a,b\n1,2\n3\n",
     "missing_value": "a,b\n1,2\n3,\n",
     "nan_word": "a,b\n1,2\n3,NaN\n",
-    "text_later": "a,b\n1,2\n3,x\n",
+    "text_later": "a,b\n" + "".join(f"{i},{i}\n" for i in range(20)) + "9,x\n",
     "float_in_int": "a,b\n1,2\n3.5,4\n",
 }
 
@@ -735,11 +741,14 @@ def _read_or_error(p, **kw):
 
 @pytest.mark.parametrize("name", sorted(_NUMERIC_FILES))
 @pytest.mark.parametrize("infinity", ["nan", "clip"])
-def test_numeric_fast_path_equals_pyarrow_read(tmp_path, monkeypatch, name, infinity):
-    # a file of plain numbers is read by pandas' C parser; whatever it reads differently
-    # must fall back, so that the result (or the error) is pyarrow's
+@pytest.mark.parametrize("block", [24, 1 << 22])
+def test_numeric_fast_path_equals_pyarrow_read(tmp_path, monkeypatch, name, infinity, block):
+    # a file of numbers and text is read by pandas' C parser; whatever it reads
+    # differently must fall back, so that the result (or the error) is pyarrow's (a
+    # small block: the first block's types differ from the whole file's)
     import fedep.data.readers.csv as rcsv
 
+    monkeypatch.setattr(rcsv, "_BLOCK_SIZE", block)
     p = tmp_path / "n.csv"
     p.write_bytes(_NUMERIC_FILES[name].encode())
     fast = _read_or_error(p, infinity=infinity)
@@ -768,14 +777,17 @@ def test_numeric_fast_path_is_taken_and_refuses_what_it_cannot_vouch_for(tmp_pat
 
     df = fast("a,b\n1,0.5\n2,1.5\n")
     assert df is not None and df["a"].dtype == np.int64 and df["b"].tolist() == [0.5, 1.5]
+    df = fast("a,b\nx,0.5\ny,1.5\n")
+    assert df is not None and df["a"].tolist() == ["x", "y"]
     assert fast("a,b\n1,0.5\n", columns=["b", "a"]) is None  # usecols would hide long rows
     for text in [
         _NUMERIC_FILES["short_row"],
         _NUMERIC_FILES["trailing_field"],
         _NUMERIC_FILES["missing_value"],
-        _NUMERIC_FILES["text_later"],
         _NUMERIC_FILES["int_too_big"],
-        "a,b\nx,1\n",  # text in the first block: not tried
+        "a,b\n2024-01-01 00:00:00,1\n",  # a timestamp in the first block: not tried
+        "a,b\ntrue,1\n",  # a boolean column: not tried
+        "a,b\nx,1\nNone,2\n",  # pandas' missing marker, not pyarrow's
         "a,b\n+1,2\n",  # pyarrow's first block says float64, pandas int64
     ]:
         assert fast(text) is None, text

@@ -6,6 +6,7 @@ differently falls back to pyarrow."""
 from __future__ import annotations
 
 import csv
+import functools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -213,29 +214,39 @@ def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
     return _to_pandas(table, release=True)
 
 
-_NUMERIC = (pa.int64(), pa.float64())
+_FAST_TYPES = (pa.int64(), pa.float64(), pa.string())
+
+
+@functools.cache
+def _fast_dtypes() -> dict[pa.DataType, object]:
+    """The pandas dtype the pyarrow read gives each of _FAST_TYPES (text: pandas' string
+    dtype, Arrow-backed)."""
+    probe = pa.table({"i": [1], "f": [0.5], "s": ["a"]})
+    df = _to_pandas(probe)
+    return {pa.int64(): df["i"].dtype, pa.float64(): df["f"].dtype, pa.string(): df["s"].dtype}
 
 
 def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None:
-    """The whole file by pandas' C parser when every column is a plain number; else None.
+    """The whole file by pandas' C parser when every column is a number or plain text.
 
     Tried only for a whole uncompressed UTF-8 file (no ``columns``: pandas' ``usecols``
     would let a row with too many fields through, and costs it its second thread)
-    whose every column pyarrow typed int64 or float64 in the first block: pandas'
-    parser reads such a file about 1.5x as fast as pyarrow's on two cores. Its result
-    is kept only if every column has the first block's type over the whole file, with
-    no missing value and the default index; anything else gives None and the pyarrow
-    read below, which also words the errors (line, column). That covers a parse
-    error, text in a number column, a missing number, a row with too few fields
-    (pandas pads it with NaN instead of refusing it) and a row one field too long
-    (pandas would take its first field as an index). The dtypes are checked after the
-    read, not given to pandas: given, they make its parse about twice as slow. One
-    known difference remains: an integer written ``+5`` after the first block keeps
-    its column int64 here, where pyarrow would make the column float64 (same values).
+    whose every column pyarrow typed int64, float64 or string in the first block:
+    pandas' parser reads such a file about 1.5x as fast as pyarrow's on two cores. Its
+    result is kept only if every column has the dtype the pyarrow read gives the first
+    block's type, with no missing value and the default index; anything else gives
+    None and the pyarrow read below, which also words the errors (line, column). That
+    covers a parse error, text in a number column, a missing value (pandas and pyarrow
+    know different markers), a row with too few fields (pandas pads it with NaN
+    instead of refusing it) and a row one field too long (pandas would take its first
+    field as an index). The dtypes are checked after the read, not given to pandas:
+    given, they make its parse about twice as slow. One known difference remains: an
+    integer written ``+5`` after the first block keeps its column int64 here, where
+    pyarrow would make the column float64 (same values).
     """
     if columns is not None or src.compression is not None or src.encoding != "utf-8":
         return None
-    if len(types) != len(names) or any(t not in _NUMERIC for t in types.values()):
+    if len(types) != len(names) or any(t not in _FAST_TYPES for t in types.values()):
         return None
     try:
         with warnings.catch_warnings():
@@ -254,10 +265,17 @@ def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None
         return None
     if not isinstance(df.index, pd.RangeIndex) or len(df) == 0:
         return None
+    expected = _fast_dtypes()
     for c in names:
-        if df[c].dtype != types[c].to_pandas_dtype():
+        dtype = df[c].dtype
+        if dtype != expected[types[c]]:
             return None
-        if df[c].dtype == np.float64 and np.isnan(df[c].to_numpy()).any():
+        if dtype == np.float64:
+            if np.isnan(df[c].to_numpy()).any():
+                return None
+        elif dtype != np.int64 and df[c].isna().any():
+            # pyarrow's missing-value markers are a subset of pandas': a text column
+            # without any in pandas' read has none in pyarrow's either
             return None
     return df
 
