@@ -288,7 +288,7 @@ class KMV:
             return cls(k, [])
         # categorize=False: the same hashes, without first factorising (the callers
         # pass distinct keys)
-        h = pd.util.hash_array(np.asarray(list(keys), dtype=object), categorize=False)
+        h = pd.util.hash_array(np.asarray(keys, dtype=object), categorize=False)
         if h.size > k:
             small = np.unique(np.partition(h, k - 1)[:k])  # the k smallest, if distinct
             h = small if small.size == k else np.unique(h)[:k]
@@ -636,7 +636,7 @@ def _summarize_one(
     cs.top = {str(uniq[i]): int(cnt[i]) for i in kept}
     cs.other_count = int(cnt.sum()) - sum(cs.top.values())
     cs.truncated = len(uniq) > keep
-    cs.distinct = KMV.of([str(u) for u in uniq])
+    cs.distinct = KMV.of(uniq)  # every key is already a str
     if not forced and _withhold_values(name, cs, fam):
         # What leaves the gateway must not list its addresses, uids, timestamps or
         # other identifying values: the counts and flags above decide such a column.
