@@ -99,6 +99,9 @@ def atomic_write(
         else:
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(f"cannot write {path}: it is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                # a device or FIFO: the rename would replace it with a regular file
+                raise OSError(f"cannot write {path}: it exists and is not a regular file")
             keep_bits = stat.S_IMODE(st.st_mode)
             perm = 0o600
     fd, tmp = _open_temp(target, perm)

@@ -48,3 +48,49 @@ def test_unwritable_output_is_found_before_training(tmp_path, capsys):
         err = capsys.readouterr().err
         assert str(out.name) in err or str(out.parent) in err
         assert "training" not in err
+
+
+def test_outputs_that_would_destroy_an_input_or_a_special_file(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    train = tmp_path / "t.csv"
+    pd.DataFrame(rng.normal(size=(60, 3)), columns=list("abc")).to_csv(train, index=False)
+    data = train.read_bytes()
+    fit = ["fit", "--train", str(train), "--method", "pca", "--n-components", "1", "--quiet"]
+    # the training file itself (also through a symbolic link)
+    link = tmp_path / "link.csv"
+    link.symlink_to(train)
+    for out in (train, link):
+        capsys.readouterr()
+        assert main([*fit, "--out", str(out)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"--out must differ from --train ({str(train)!r})"), err
+    assert train.read_bytes() == data
+    model = tmp_path / "m.fedep"
+    assert main([*fit, "--out", str(model)]) == 0
+    saved = model.read_bytes()
+    score = ["score", "--model", str(model), "--input", str(train)]
+    capsys.readouterr()
+    assert main([*score, "--output", str(model)]) == 1
+    assert "--output must differ from --model" in capsys.readouterr().err
+    assert model.read_bytes() == saved
+    # a FIFO (and a device such as /dev/null) is not replaced by a regular file
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for argv in ([*fit, "--out", str(fifo)], [*score, "--output", str(fifo)]):
+        capsys.readouterr()
+        assert main(argv) == 1
+        assert "exists and is not a regular file" in capsys.readouterr().err
+    assert not fifo.is_file() and fifo.exists()
+
+
+def test_atomic_write_refuses_a_special_file(tmp_path):
+    import pytest
+
+    from fedep._atomic import atomic_write
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"), atomic_write(fifo) as fh:
+        fh.write(b"x")
+    assert not fifo.is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["fifo"]

@@ -204,10 +204,19 @@ def add_clients(p: argparse.ArgumentParser, *, random_state: bool) -> None:
 
 
 # ---------------------------------------------------------------------- files, models
-def check_output_file(path, option: str) -> Path:
+def check_output_file(path, option: str, keep: dict[str, object] | None = None) -> Path:
     """Fail early (one line) unless ``path`` can be written: its directory exists, is
-    a directory and is writable, and ``path`` itself is not a directory."""
+    a directory and is writable, ``path`` itself is not a directory nor any other
+    non-regular file (a device, a FIFO: the atomic rename would replace it with a
+    regular file), and it is none of the files in ``keep`` (option -> path or list of
+    paths, e.g. the inputs: writing there would destroy them)."""
     out = Path(path)
+    if out.exists() and not out.is_dir() and not out.is_file():
+        raise UsageError(f"{option}: {str(out)!r} exists and is not a regular file")
+    for other, paths in (keep or {}).items():
+        for q in paths if isinstance(paths, list | tuple) else [paths]:
+            if q is not None and out.exists() and Path(q).exists() and out.samefile(q):
+                raise UsageError(f"{option} must differ from {other} ({str(q)!r})")
     parent = out.parent
     if not parent.exists():
         raise UsageError(f"{option}: output directory {str(parent)!r} does not exist")

@@ -136,7 +136,7 @@ def cmd_fit(args) -> int:
     from fedep._progress import RoundProgress
     from fedep.cli.training import load_training
 
-    out = check_output_file(args.out, "--out")
+    out = check_output_file(args.out, "--out", {"--train": list(args.table or [])})
     from fedep.modelfile.signing import parse_key
 
     key = parse_key(args.sign_key)  # a missing key file is found before training

@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from fedep.cli._common import (
-    UsageError,
     add_model_options,
     add_read_options,
     check_columns,
@@ -153,9 +152,7 @@ def cmd_score(args) -> int:
     src = Path(args.input)
     if not src.is_file():
         raise FileNotFoundError(f"input file {str(src)!r} does not exist")
-    dst = check_output_file(args.output, "--output")
-    if dst.exists() and dst.resolve() == src.resolve():
-        raise UsageError("--output must differ from --input")
+    dst = check_output_file(args.output, "--output", {"--input": src, "--model": args.model})
     det = load_model(args.model, args.verify_key)
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
