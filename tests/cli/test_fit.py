@@ -6,6 +6,7 @@ import io
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import fedep
@@ -227,3 +228,62 @@ def test_fit_without_trimming_prints_no_trimming_line(files, tmp_path, capsys):
     assert _fit(files, out, "--n-components", "2", "--quiet") == 0
     text = capsys.readouterr().out
     assert "record trimming" not in text and "contamination:" not in text
+
+
+def _gateway_files(tmp_path, n=3, rows=40):
+    rng = np.random.default_rng(0)
+    d = tmp_path / "gws"
+    d.mkdir()
+    for g in range(n):
+        df = pd.DataFrame(rng.normal(size=(rows, 4)), columns=list("abcd"))
+        df["label"] = (np.arange(rows) % 10 == 0).astype(int)
+        df.to_csv(d / f"gw{g}.csv", index=False)
+    return d
+
+
+@pytest.mark.parametrize("kind", ["parquet", "zeek"])
+def test_fit_refuses_a_gateway_file_without_rows(tmp_path, capsys, kind):
+    d = _gateway_files(tmp_path)
+    if kind == "parquet":
+        empty = d / "gw9.parquet"
+        pd.read_csv(d / "gw0.csv").head(0).to_parquet(empty)
+    else:
+        empty = d / "gw9.conn.log"
+        empty.write_text(
+            "#separator \\x09\n#fields\ta\tb\n#types\tdouble\tdouble\n#close\t2024-01-01\n"
+        )
+    out = tmp_path / "m.fedep"
+    for train in ([str(d)], [str(empty)]):
+        capsys.readouterr()
+        assert main(["fit", "--train", *train, "--n-rounds", "2", "--out", str(out)]) == 1
+        line = one_error_line(capsys)
+        assert str(empty) in line and "no data rows" in line
+    assert not out.exists()
+
+
+def test_fit_clean_protocol_names_a_gateway_without_normal_rows(tmp_path, capsys):
+    d = _gateway_files(tmp_path)
+    df = pd.read_csv(d / "gw2.csv")
+    df["label"] = 1
+    df.to_csv(d / "gw2.csv", index=False)
+    out = tmp_path / "m.fedep"
+    argv = ["fit", "--train", str(d), "--label-column", "label", "--n-rounds", "2"]
+    assert main([*argv, "--out", str(out)]) == 1
+    line = one_error_line(capsys)
+    assert "1 gateway(s) have no normal rows" in line and "'gw2'" in line
+    assert main([*argv, "--protocol", "contaminated", "--out", str(out), "--quiet"]) == 0
+
+
+def test_fit_warns_about_a_gateway_lacking_columns_and_sniffs_a_comma_tsv(tmp_path, capsys):
+    d = _gateway_files(tmp_path)
+    pd.read_csv(d / "gw2.csv").drop(columns=["b", "c"]).to_csv(d / "gw2.csv", index=False)
+    # a comma-separated file named .tsv: read as CSV, not as one column
+    (d / "gw1.csv").rename(d / "gw1.tsv")
+    out = tmp_path / "m.fedep"
+    capsys.readouterr()
+    assert main(["fit", "--train", str(d), "--n-rounds", "2", "--out", str(out), "--quiet"]) == 0
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if "warning: gateway" in ln]
+    assert warnings == [
+        "fedep: warning: gateway 'gw2' lacks 2 of the 5 columns the other gateways have "
+        "('b', 'c'): its values there count as missing"
+    ]

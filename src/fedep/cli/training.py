@@ -3,13 +3,14 @@ clients, or the user's table with its clients (a column, or a partition)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fedep.cli._common import UsageError, check_dataset
+from fedep.cli._common import PROG, UsageError, check_dataset
 
 
 @dataclass
@@ -125,12 +126,45 @@ def _read_training_tables(args):
     files = gateway_files(paths)
     kw = read_kwargs(args)
     if len(files) == 1 and not Path(paths[0]).is_dir():
-        return read_table(files[0], **kw), None, files[0].name
+        df = read_table(files[0], **kw)
+        _check_rows({None: df}, {None: files[0]})
+        return df, None, files[0].name
     tables = read_many(paths, **kw)
+    _check_rows(tables, dict(zip(tables, files, strict=True)))
+    _report_missing_columns(tables)
     frames = list(tables.values())
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     ids = np.repeat(np.asarray(list(tables), dtype=str), [len(f) for f in frames])
     return df, ids, f"{len(files)} files"
+
+
+def _check_rows(tables: dict, files: dict) -> None:
+    """A gateway file without records (a header-only log, an empty Parquet file) is an
+    error naming it, not a gateway silently left out of the federation."""
+    from fedep.data import DataError
+
+    for gid, df in tables.items():
+        if len(df) == 0:
+            whose = "nothing" if gid is None else f"gateway {gid!r} has nothing"
+            raise DataError(files[gid], f"no data rows ({whose} to train on)")
+
+
+def _report_missing_columns(tables: dict) -> None:
+    """Name each gateway whose file lacks columns the others have: its values there are
+    missing and the feature pipeline imputes them, which a misnamed or truncated export
+    would otherwise make silent."""
+    every = list(dict.fromkeys(str(c) for df in tables.values() for c in df.columns))
+    for gid, df in tables.items():
+        have = {str(c) for c in df.columns}
+        lacks = [c for c in every if c not in have]
+        if lacks:
+            shown = ", ".join(map(repr, lacks[:8])) + (" ..." if len(lacks) > 8 else "")
+            print(
+                f"{PROG}: warning: gateway {gid!r} lacks {len(lacks)} of the {len(every)} "
+                f"columns the other gateways have ({shown}): its values there count as "
+                "missing",
+                file=sys.stderr,
+            )
 
 
 def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True) -> Training:
@@ -184,6 +218,14 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
         keep = y == 0
         if not keep.any():
             raise UsageError(f"{source}: no normal rows to train on (protocol clean)")
+        gone = [g for g in np.unique(groups) if not keep[groups == g].any()]
+        if gone:
+            names = ", ".join(repr(str(g)) for g in gone[:8]) + (" ..." if len(gone) > 8 else "")
+            raise UsageError(
+                f"{source}: {len(gone)} gateway(s) have no normal rows to train on "
+                f"(protocol clean): {names}; leave them out, or train on every row with "
+                "--protocol contaminated"
+            )
         X = X.loc[keep].reset_index(drop=True)
         y, groups = y[keep], groups[keep]
     desc = f"{source}, {how}, protocol {proto}"

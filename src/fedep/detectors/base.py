@@ -251,6 +251,12 @@ class BaseFederatedDetector(BaseEstimator):
         if not self._uses_pipeline(X):
             X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=True)
             return X, None, None
+        if X.shape[0] < 2:
+            # before the pipeline, whose summaries of an empty table say less
+            raise ValueError(
+                f"Found array with {X.shape[0]} sample(s) (shape={X.shape}) while a "
+                f"minimum of 2 is required by {type(self).__name__}."
+            )
         if groups is not None:
             groups = _check_groups(groups, X.shape[0])
         pipe = FeaturePipeline() if isinstance(self.features, str) else clone(self.features)

@@ -93,10 +93,15 @@ def _detect(src: _Source, head: bytes) -> str:
         return "zeek-json" if _looks_like_zeek_json(stripped.split(b"\n", 1)[0]) else "json"
     if stripped.startswith(b"["):
         return "json"
+    first = _first_line(head).decode("utf-8", errors="replace")
+    sniffed = "tsv" if _sniff_delimiter(first) == "\t" else "csv"
+    if by_name == "tsv" and sniffed == "csv" and any(d in first for d in ",;|"):
+        # a ".tsv" whose header has no tab but another delimiter: read as one column,
+        # every feature of that gateway would be missing
+        return "csv"
     if by_name is not None:
         return by_name
-    first = _first_line(head).decode("utf-8", errors="replace")
-    return "tsv" if _sniff_delimiter(first) == "\t" else "csv"
+    return sniffed
 
 
 def detect_format(path: str | os.PathLike) -> str:
