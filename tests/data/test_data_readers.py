@@ -791,3 +791,23 @@ def test_numeric_fast_path_is_taken_and_refuses_what_it_cannot_vouch_for(tmp_pat
         "a,b\n+1,2\n",  # pyarrow's first block says float64, pandas int64
     ]:
         assert fast(text) is None, text
+
+
+def test_nested_and_dictionary_columns_become_text(tmp_path):
+    # Python lists / dicts in a column cannot be typed or hashed by the feature
+    # pipeline: they are read as their JSON text (and dictionary columns as values)
+    t = pa.table(
+        {
+            "x": [1.0, 2.0, 3.0],
+            "s": pa.array([{"a": 1, "b": [1, 2]}, None, {"a": 2, "b": []}]),
+            "l": pa.array([[1, 2], [], None]),
+            "d": pa.array(["u", "v", "u"]).dictionary_encode(),
+        }
+    )
+    p = tmp_path / "n.parquet"
+    pq.write_table(t, p)
+    for df in (read_table(p), pd.concat(read_table(p, chunksize=2), ignore_index=True)):
+        assert df["s"].tolist()[0] == '{"a": 1, "b": [1, 2]}' and pd.isna(df["s"].iloc[1])
+        assert df["l"].tolist()[:2] == ["[1, 2]", "[]"] and pd.isna(df["l"].iloc[2])
+        assert df["d"].tolist() == ["u", "v", "u"]
+        assert all(pd.api.types.is_string_dtype(df[c].dtype) for c in "sld")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -58,6 +59,8 @@ def _to_pandas(
     for i, f in enumerate(table.schema):
         if pa.types.is_null(f.type):
             table = table.set_column(i, f.name, pa.nulls(len(table), pa.float64()))
+        elif pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type):
+            table = table.set_column(i, f.name, _as_text(table.column(i)))
     names = list(table.column_names)
     # release=True: the caller drops the table; free each Arrow column as soon as it is
     # converted, so the peak is about one copy of the data instead of two
@@ -70,6 +73,19 @@ def _to_pandas(
         # resident beside the DataFrame)
         release_arrow_memory()
     return df
+
+
+def _as_text(col: pa.ChunkedArray) -> pa.Array:
+    """A nested column (list, struct, map) as its JSON text, a dictionary-encoded one as
+    its values: one text value per record, which the feature pipeline can type, instead
+    of Python lists and dicts it cannot hash."""
+    if pa.types.is_dictionary(col.type):
+        return col.cast(col.type.value_type)
+    values = col.to_pylist()
+    return pa.array(
+        [None if v is None else json.dumps(v, default=str, sort_keys=True) for v in values],
+        pa.string(),
+    )
 
 
 def release_arrow_memory() -> None:
