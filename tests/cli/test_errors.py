@@ -124,9 +124,10 @@ def test_console_script_error_exit_code(files, tmp_path):
     assert "missing.fedep" in lines[0]
 
 
-def test_python_m_fedep_cli(tmp_path):
+@pytest.mark.parametrize("module", ["fedep.cli", "fedep"])
+def test_python_m_fedep_cli(tmp_path, module):
     proc = subprocess.run(
-        [sys.executable, "-m", "fedep.cli", "fit", "--train", str(tmp_path / "x.csv"),
+        [sys.executable, "-m", module, "fit", "--train", str(tmp_path / "x.csv"),
          "--alpha", "-1", "--out", str(tmp_path / "m")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -293,7 +293,10 @@ class CsvBlockReader:
                 if self.infinity == "error":
                     i = int(np.flatnonzero(inf)[0])
                     raise DataError(
-                        self.path, f"infinite value {s.iloc[i]!r}", line=first_line + i, column=c
+                        self.path,
+                        f"infinite value {float(s.iloc[i])} (infinity='error')",
+                        line=first_line + i,
+                        column=c,
                     )
                 frame = frame.assign(**{c: s.where(~inf, np.nan)})
         ids = None if client is None else _stripped_text(df[client])
