@@ -287,3 +287,24 @@ def test_fit_warns_about_a_gateway_lacking_columns_and_sniffs_a_comma_tsv(tmp_pa
         "fedep: warning: gateway 'gw2' lacks 2 of the 5 columns the other gateways have "
         "('b', 'c'): its values there count as missing"
     ]
+
+
+def test_fit_names_the_file_and_row_of_a_bad_value(tmp_path, capsys):
+    d = _gateway_files(tmp_path)
+    df = pd.read_csv(d / "gw2.csv").astype({"b": object})
+    df.loc[6, "b"] = "abc"  # data row 7 of the third file (row 87 of the three together)
+    df.to_csv(d / "gw2.csv", index=False)
+    out = tmp_path / "m.fedep"
+    argv = ["fit", "--train", str(d), "--n-rounds", "2", "--quiet", "--out", str(out)]
+    assert main(argv) == 1
+    assert one_error_line(capsys) == (
+        f"fedep: error: {d / 'gw2.csv'}, row 7, column 'b': non-numeric value 'abc' in a "
+        "numeric feature column"
+    )
+    # one file with a client column; the clean protocol drops rows before the fit
+    one = pd.concat([pd.read_csv(d / f"gw{g}.csv").assign(gw=g) for g in range(3)])
+    one.to_csv(tmp_path / "all.csv", index=False)
+    argv = ["fit", "--train", str(tmp_path / "all.csv"), "--client-column", "gw"]
+    argv += ["--label-column", "label", "--n-rounds", "2", "--quiet", "--out", str(out)]
+    assert main(argv) == 1
+    assert f"all.csv, row {80 + 7}, column 'b'" in one_error_line(capsys)

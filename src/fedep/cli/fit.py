@@ -135,6 +135,7 @@ def cmd_fit(args) -> int:
     import fedep
     from fedep._progress import RoundProgress
     from fedep.cli.training import load_training
+    from fedep.features import FeatureError
 
     out = check_output_file(args.out, "--out", {"--train": list(args.table or [])})
     from fedep.modelfile.signing import parse_key
@@ -176,6 +177,8 @@ def cmd_fit(args) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             det.fit(handover.pop(), groups=data.groups)
+    except FeatureError as exc:
+        raise _located(exc, data.origins) from None
     finally:
         if progress is not None:
             progress.close()
@@ -209,6 +212,23 @@ def cmd_fit(args) -> int:
         f"model written to {out}"
     )
     return 0
+
+
+def _located(exc, origins):
+    """A feature-pipeline error about one value, reworded to name the user's file and
+    its data row (the pipeline saw the files' rows concatenated and renumbered)."""
+    from fedep.data import DataError
+
+    row = getattr(exc, "row", None)
+    if origins is None or not isinstance(row, int | np.integer) or not 0 <= row < len(origins[1]):
+        return exc
+    files, rows = origins
+    return DataError(
+        files[row],
+        f"non-numeric value {exc.value!r} in a numeric feature column",
+        row=int(rows[row]) + 1,
+        column=exc.column,
+    )
 
 
 def _how(det) -> str:

@@ -28,6 +28,8 @@ class Training:
     names: list[str]
     desc: str
     categories: np.ndarray | None = None
+    # for the user's files: the file and 0-based data row of each row of X
+    origins: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def read_column(path, column: str) -> np.ndarray:
@@ -128,14 +130,20 @@ def _read_training_tables(args):
     if len(files) == 1 and not Path(paths[0]).is_dir():
         df = read_table(files[0], **kw)
         _check_rows({None: df}, {None: files[0]})
-        return df, None, files[0].name
+        origins = (np.zeros(len(df), dtype=np.int64), np.arange(len(df)))
+        return df, None, files[0].name, ([files[0]], origins)
     tables = read_many(paths, **kw)
     _check_rows(tables, dict(zip(tables, files, strict=True)))
     _report_missing_columns(tables)
     frames = list(tables.values())
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    ids = np.repeat(np.asarray(list(tables), dtype=str), [len(f) for f in frames])
-    return df, ids, f"{len(files)} files"
+    sizes = [len(f) for f in frames]
+    ids = np.repeat(np.asarray(list(tables), dtype=str), sizes)
+    origins = (
+        np.repeat(np.arange(len(frames)), sizes),
+        np.concatenate([np.arange(n) for n in sizes]),
+    )
+    return df, ids, f"{len(files)} files", (list(files), origins)
 
 
 def _check_rows(tables: dict, files: dict) -> None:
@@ -179,7 +187,7 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
         return _official(args, protocol, seed)
     from fedep.data import DataError
 
-    df, file_ids, source = _read_training_tables(args)
+    df, file_ids, source, (file_list, (file_of, row_of)) = _read_training_tables(args)
     path = source
     cols = [str(c) for c in df.columns]
     for opt, c in (("--label-column", args.label_column), ("--client-column", args.client_column)):
@@ -228,8 +236,10 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
             )
         X = X.loc[keep].reset_index(drop=True)
         y, groups = y[keep], groups[keep]
+        file_of, row_of = file_of[keep], row_of[keep]
     desc = f"{source}, {how}, protocol {proto}"
-    return Training(X, y, groups, [str(c) for c in X.columns], desc)
+    origins = (np.asarray(file_list, dtype=object)[file_of], row_of)
+    return Training(X, y, groups, [str(c) for c in X.columns], desc, origins=origins)
 
 
 def _official(args, protocol, seed) -> Training:

@@ -34,7 +34,18 @@ OTHER_CATEGORY = "<other>"
 
 
 class FeatureError(ValueError):
-    """Bad input to the feature pipeline (missing columns, unparsable values, bad options)."""
+    """Bad input to the feature pipeline (missing columns, unparsable values, bad options).
+
+    ``column``, ``row`` (the index label of the frame the pipeline was given) and
+    ``value`` (its text) are set when one value is to blame, so that a caller who knows
+    where the frame's rows came from can name the file and its row.
+    """
+
+    def __init__(self, message: str, *, column: str | None = None, row=None, value=None) -> None:
+        super().__init__(message)
+        self.column = column
+        self.row = row
+        self.value = value
 
 
 def column_family(s: pd.Series) -> str:
