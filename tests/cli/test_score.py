@@ -198,3 +198,34 @@ def test_corrupt_gzip_is_one_error(files, tmp_path, capsys):
     line = one_error_line(capsys)
     assert "broken.csv.gz" in line and "gzip" in line
     assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("kind", ["blank_line", "cp1252", "multiline", "unnamed"])
+def test_score_reads_as_a_table_what_it_cannot_stream(tmp_path, capsys, kind):
+    # fit reads these files as tables; score must not refuse them because its
+    # byte-copying stream cannot: it scores every record through the table reader
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"])
+    df["proto"] = np.where(np.arange(60) % 3, "tcp", "udp")
+    p = tmp_path / "t.csv"
+    text = df.to_csv(index=False)
+    lines = text.splitlines(keepends=True)
+    if kind == "blank_line":
+        lines.insert(30, "\n")
+    elif kind == "cp1252":
+        lines[5] = lines[5].replace("tcp", "t\u2013cp")
+    elif kind == "multiline":
+        lines[5] = lines[5].replace("tcp", '"t\ncp"')
+    else:
+        lines[0] = lines[0].replace("proto", "")
+    data = "".join(lines)
+    p.write_bytes(data.encode("cp1252" if kind == "cp1252" else "utf-8"))
+    model, out = tmp_path / "m.fedep", tmp_path / "s.csv"
+    assert main(["fit", "--train", str(p), "--n-rounds", "2", "--quiet", "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["score", "--model", str(model), "--input", str(p), "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    if kind != "unnamed":
+        assert "read as a table instead of streamed" in err
+    scored = pd.read_csv(out)
+    assert len(scored) == 60 and scored["anomaly_score"].notna().all()

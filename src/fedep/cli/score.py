@@ -20,6 +20,7 @@ file is removed and ``--output`` is left as it was.
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
 import time
@@ -36,6 +37,7 @@ from fedep.cli._common import (
     load_model,
     model_features,
     nonneg_int,
+    one_line,
     output_feature_names,
     positive_int,
     read_kwargs,
@@ -144,7 +146,13 @@ def streams_as_csv(src: Path, args) -> bool:
     if args.delimiter is not None:
         return args.delimiter == ","
     head = _read_head(_open_source(src))  # decompressed
-    first = head.split(b"\n", 1)[0].decode("utf-8", "replace")
+    try:
+        first = head.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        names = next(csv.reader([first.rstrip("\r")]))
+    except (UnicodeDecodeError, csv.Error, StopIteration):
+        return False  # read_table's encodings and errors
+    if any(not n.strip() for n in names):
+        return False  # unnamed columns: read_table names them as pandas does
     return max((",", "\t", ";", "|"), key=first.count) == ","
 
 
@@ -157,12 +165,20 @@ def cmd_score(args) -> int:
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
     stream = streams_as_csv(src, args)
+    from fedep.data.stream import NotStreamable
+
     t0 = time.perf_counter()
     tmp = _temp_beside(dst)
     try:
-        with open(tmp, "wb") as fout:
-            run = _score_csv_stream if stream else _score_chunks
-            n_rows, n_anom = run(det, src, fout, tails_names, args)
+        try:
+            with open(tmp, "wb") as fout:
+                run = _score_csv_stream if stream else _score_chunks
+                n_rows, n_anom = run(det, src, fout, tails_names, args)
+        except NotStreamable as exc:
+            # fit read this file as a table: so does score, rather than refuse it
+            info(f"{one_line(exc)}: read as a table instead of streamed", args.quiet)
+            with open(tmp, "wb") as fout:
+                n_rows, n_anom = _score_chunks(det, src, fout, tails_names, args)
         os.replace(tmp, dst)
     finally:  # errors, KeyboardInterrupt (and SIGTERM, turned into one by main)
         tmp.unlink(missing_ok=True)

@@ -52,6 +52,7 @@ from fedep.data.tabular import parse_header_line, strip_csv_text
 __all__ = [
     "CsvBlock",
     "CsvBlockReader",
+    "NotStreamable",
     "ScoreTailFormatter",
     "iter_csv_blocks",
     "read_csv_header",
@@ -95,6 +96,12 @@ def _open_decompressed(path: Path) -> Iterator[IO[bytes]]:
             yield raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)
         finally:
             raw.close()
+
+
+class NotStreamable(DataError):
+    """A file :func:`fedep.data.read_table` reads but this byte-copying reader cannot
+    stream (a blank line inside the data, a quoted field spanning lines, text that is
+    not UTF-8): the caller reads it as a table instead."""
 
 
 @dataclass
@@ -228,11 +235,13 @@ class CsvBlockReader:
                 if blank.size:
                     first = int(blank[0])
                     if blank.size != n_lines - first:
-                        raise DataError(src, "blank line inside the data", line=line_no + first)
+                        raise NotStreamable(src, "blank line inside the data", line=line_no + first)
                     pending_blank += n_lines - first
                     starts, ends = starts[:first], ends[:first]
                 elif pending_blank:
-                    raise DataError(src, "blank line inside the data", line=line_no - pending_blank)
+                    raise NotStreamable(
+                        src, "blank line inside the data", line=line_no - pending_blank
+                    )
                 if len(starts):
                     yield self._block(buf, starts, ends, line_no)
                     self.n_rows += len(starts)
@@ -259,6 +268,10 @@ class CsvBlockReader:
         ``n_lines`` is a DataError naming the line."""
         try:
             df = pd.read_csv(io.BytesIO(block), header=None, names=self.header, engine="c", **kw)
+        except UnicodeDecodeError as exc:
+            raise NotStreamable(
+                self.path, f"not UTF-8 text ({exc.reason})", line=first_line
+            ) from None
         except pd.errors.ParserError as exc:
             msg = " ".join(str(exc).split())
             m = re.search(r"line (\d+)", msg)
@@ -267,7 +280,7 @@ class CsvBlockReader:
             msg = re.sub(r" in line \d+", "", msg)
             raise DataError(self.path, f"malformed row: {msg}", line=line) from None
         if len(df) != n_lines:
-            raise DataError(
+            raise NotStreamable(
                 self.path,
                 f"{n_lines} lines parsed as {len(df)} rows (a quoted field spanning lines is "
                 "not supported)",
@@ -467,10 +480,15 @@ def _check_field_counts(buf: bytes, starts, ends, expected: int, src: Path, firs
         check[q[q < len(ends)]] = True
     for i in np.flatnonzero(check).tolist():
         ln = buf[starts[i] : ends[i]]
+        if ln.count(b'"') % 2:  # an open quote: the field goes on on the next line
+            raise NotStreamable(src, "a quoted field spanning lines", line=first_line + i)
         if b'"' in ln:
             try:
                 n = len(next(csv.reader([ln.decode("utf-8")])))
-            except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
+            except UnicodeDecodeError as exc:
+                why = f"not UTF-8 text ({exc.reason})"
+                raise NotStreamable(src, why, line=first_line + i) from None
+            except (csv.Error, StopIteration) as exc:
                 raise DataError(src, f"unreadable row ({exc})", line=first_line + i) from None
         else:
             n = ln.count(b",") + 1
