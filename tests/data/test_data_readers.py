@@ -622,6 +622,9 @@ def test_gateway_files_and_read_many(tmp_path):
     _assert_abc(tables["gw-b"])
     assert gateway_id("conn.log.gz") == "conn" and gateway_id("site.a.parquet") == "site.a"
     assert gateway_id("x.csv.zst") == "x"
+    (d / "gw-c.csv").symlink_to(tmp_path / "gone.csv")  # a gateway's file went missing
+    with pytest.raises(ReadError, match=r"gw-c\.csv: broken symbolic link"):
+        gateway_files(d)
 
 
 def test_read_many_stem_collisions(tmp_path):

@@ -52,7 +52,8 @@ def gateway_files(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]
     Raises
     ------
     ReadError
-        A path that does not exist, or a directory with no supported file.
+        A path that does not exist, a directory with no supported file, or one holding
+        a broken symbolic link.
     """
     if isinstance(path_or_paths, str | os.PathLike):
         items: list = [path_or_paths]
@@ -62,6 +63,9 @@ def gateway_files(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]
     for item in items:
         p = Path(item)
         if p.is_dir():
+            broken = sorted(f for f in p.iterdir() if f.is_symlink() and not f.exists())
+            if broken:  # a gateway's file gone missing: not a gateway silently left out
+                raise ReadError(broken[0], "broken symbolic link (its target does not exist)")
             found = sorted(
                 f
                 for f in p.iterdir()
