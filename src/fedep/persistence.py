@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fedep import detectors
 from fedep._json import jsonable
+from fedep._model_content import _META, _SCALARS, _check_arrays, _check_object, _check_pipeline_dict
 from fedep.features import FeaturePipeline
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
 
@@ -80,17 +81,26 @@ def save_model(det, path, *, sign_key=None) -> None:
 def load_model(path, *, verify_key=None, require_signature=False):
     """Load a detector written by :func:`save_model`.
 
+    The file's content is checked against the schema of :mod:`fedep._model_content`
+    (its ``_META``, ``_SCALARS``, ``_ARRAYS`` and the feature pipeline's tables) before
+    any of it reaches the estimator: a file whose digest was recomputed after an edit
+    is refused here, with the field it got wrong, rather than failing (or scoring
+    wrongly) later.
+
     Raises
     ------
     ModelFileError
         If the file is missing, not a fedep model, corrupt, tampered with, of a
-        format version this fedep cannot read, or inconsistent.
+        format version this fedep cannot read, or inconsistent (one line
+        ``model file PATH: inconsistent content (...)`` naming the field).
     """
     path = Path(path)
     meta, files = read_model_file(path, verify_key=verify_key, require_signature=require_signature)
     try:
         return _detector_from(meta, files)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
+        # The schema catches what it knows; any other failure while building the
+        # estimator is still about this file's content, so it says so in one line.
         if isinstance(exc, ModelFileError):
             raise
         what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
@@ -98,19 +108,27 @@ def load_model(path, *, verify_key=None, require_signature=False):
 
 
 def _detector_from(meta: dict, files: dict):
-    cls = _DETECTORS.get(str(meta["class"]))
+    _check_object(meta, _META, "")
+    cls = _DETECTORS.get(meta["class"])
     if cls is None:
         raise ValueError(f"unknown detector class {meta['class']!r}")
-    missing = [n for n in detectors.FITTED_ARRAYS if n not in files]
-    if missing:
-        raise ValueError(f"lacks the array(s) {missing}")
+    known = ("threshold_", "n_features_in_", "clients_kind", *cls._persist_scalars)
+    sc = meta["scalars"]
+    _check_object(sc, {k: _SCALARS[k] for k in known}, "scalars")
+    _check_arrays(files, sc.get("clients_kind"))
     params = dict(meta["params"])
     if isinstance(params.get("features"), dict):
-        params["features"] = FeaturePipeline(**params["features"]["FeaturePipeline"])
+        spec = params["features"]
+        if set(spec) != {"FeaturePipeline"} or not isinstance(spec["FeaturePipeline"], dict):
+            raise ValueError("params['features'] must be {'FeaturePipeline': {...}}")
+        params["features"] = FeaturePipeline(**spec["FeaturePipeline"])
+        params["features"]._validate_params()
     det = cls(**params)
     det._validate_params()
     pipe = _pipeline_from(meta.get("features"))
-    sc = meta["scalars"]
+    names = meta.get("feature_names_in_")
+    if pipe is not None and names is not None and set(names) != set(pipe.feature_names_in_):
+        raise ValueError("feature_names_in_ are not the feature pipeline's input columns")
     clients = files["clients_"]
     if sc.get("clients_kind") in ("i", "u"):
         clients = clients.astype(np.int64)
@@ -121,7 +139,7 @@ def _detector_from(meta: dict, files: dict):
         mean=files["mean_"],
         scale=files["scale_"],
         constant_features=files["constant_features_"],
-        feature_names=meta.get("feature_names_in_"),
+        feature_names=names,
         features=pipe,
     )
     det.threshold_ = float(sc["threshold_"])
@@ -137,40 +155,56 @@ def _detector_from(meta: dict, files: dict):
         det.stop_reason_ = stop_reason_of(det.stop_reason_, cls._method)
     if meta.get("history") is not None:
         det.history_ = meta["history"]
-    _check_consistent(det, int(sc["n_features_in_"]))
+    _check_consistent(det, sc["n_features_in_"])
     return det
 
 
 def _pipeline_from(data):
-    """The fitted FeaturePipeline of a model file (None when it has none)."""
+    """The fitted FeaturePipeline of a model file (None when it has none).
+
+    Its errors start ``feature pipeline:`` (then the field), so that a message says
+    which part of the file is wrong before saying where in it.
+    """
     if data is None:
         return None
     try:
+        _check_pipeline_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"feature pipeline: {exc}") from None
+    try:
         pipe = FeaturePipeline.from_dict(data)
+        pipe._validate_params()
     except Exception as exc:  # any malformed content: one line, via ModelFileError
         what = " ".join(str(exc).split()) or type(exc).__name__
         raise ValueError(f"unreadable feature pipeline: {what}") from None
     n_out = len(pipe.get_feature_names_out())
-    ok = (
-        pipe.mean_ is not None
-        and pipe.mean_.shape == (n_out,)
-        and pipe.scale_.shape == (n_out,)
-        and np.isfinite(pipe.mean_).all()
-        and np.isfinite(pipe.scale_).all()
-        and (pipe.scale_ > 0).all()
-    )
-    if not ok:
-        raise ValueError("feature pipeline scaling is inconsistent")
+    problem = None
+    if pipe.mean_ is None:
+        problem = "features['scaling'] is null (not fitted)"
+    else:
+        for name, v in (("mean", pipe.mean_), ("scale", pipe.scale_)):
+            if v.shape != (n_out,):
+                problem = f"features['scaling'][{name!r}] has {v.size} values for {n_out} outputs"
+                break
+        else:
+            m = pipe.moments_
+            if not (pipe.scale_ > 0).all():
+                problem = "features['scaling']['scale'] holds values <= 0"
+            elif m is not None and (m.mean.shape != (n_out,) or m.m2.shape != (n_out,)):
+                problem = f"features['scaling']['moments'] do not have {n_out} outputs"
+    if problem:
+        raise ValueError(f"feature pipeline: {problem}")
     return pipe
 
 
 def _check_consistent(det, n_features: int) -> None:
+    """What the schema cannot see alone: the rank against the parameters, the number
+    of features against the pipeline and the names, and the values of the arrays."""
     pipe = getattr(det, "features_", None)
     if pipe is not None and det.n_features_in_ != n_features:
         raise ValueError("feature names are inconsistent with the feature pipeline")
     n = n_features if pipe is None else len(det.feature_names_out_)
     r = det.components_.shape[0]
-    d = det.clients_.shape[0]
     # The fitted rank (``n_components_``, stored since "auto") must be the basis's and,
     # for an integer ``n_components``, that integer.
     wanted = det.n_components_ if det.n_components == "auto" else det.n_components
@@ -179,28 +213,21 @@ def _check_consistent(det, n_features: int) -> None:
             f"{r} components for n_components={det.n_components!r} "
             f"(n_components_={det.n_components_!r})"
         )
-    if not isinstance(det.rank_reason_, str) or not det.rank_reason_:
-        raise ValueError("rank_reason_ must be a non-empty string")
-    shapes_ok = (
-        det.components_.shape == (r, n)
-        and det.client_components_.shape == (d, r, n)
-        and det.mean_.shape == (n,)
-        and det.scale_.shape == (n,)
-        and det.constant_features_.shape == (n,)
-        and det.client_thresholds_.shape == (d,)
-    )
-    if not shapes_ok:
-        raise ValueError("array shapes are inconsistent")
+    if det.components_.shape[1] != n:
+        raise ValueError(
+            f"array shapes are inconsistent: {det.components_.shape[1]} features in the "
+            f"arrays, {n} in the model (scalars['n_features_in_'] or the feature pipeline)"
+        )
     names = getattr(det, "feature_names_in_", None)
     if names is not None and len(names) != det.n_features_in_:
         raise ValueError("feature names are inconsistent")
-    finite = [
-        np.isfinite(det.components_).all(),
-        np.isfinite(det.client_components_).all(),
-        np.isfinite(det.mean_).all(),
-        np.isfinite(det.scale_).all() and (det.scale_ > 0).all(),
-        np.isfinite(det.client_thresholds_).all(),
-        np.isfinite(det.threshold_) and det.threshold_ >= 0,
-    ]
-    if not all(finite):
-        raise ValueError("non-finite or negative values in the fitted arrays or thresholds")
+    values = {
+        "components_": np.isfinite(det.components_).all(),
+        "client_components_": np.isfinite(det.client_components_).all(),
+        "mean_": np.isfinite(det.mean_).all(),
+        "scale_": np.isfinite(det.scale_).all() and (det.scale_ > 0).all(),
+        "client_thresholds_": np.isfinite(det.client_thresholds_).all(),
+    }
+    bad = [k for k, ok in values.items() if not ok]
+    if bad:
+        raise ValueError(f"non-finite or negative values in the fitted array {bad[0]!r}")
