@@ -31,7 +31,9 @@ Rules, in order (the first that applies wins; user overrides come before all of 
    (1000). 10 is the p99/median ratio of a lognormal with sigma = 1; an exponential
    law has 6.6, a uniform at most 2: light tails stay linear, counts spanning decades
    (bytes, packets, durations) are compressed. Heavy and non-negative -> ``log1p``;
-   heavy with negative values -> ``sign(x) log1p(|x|)``; else kept as is.
+   heavy with negative values -> ``sign(x) log1p(|x|)``; else kept as is, unless its
+   float64 moments would overflow (values spread over more than ~1e154, see
+   :data:`LINEAR_M2_MAX`): then log1p / signed log too, whose values stay below 710.
    Missing values are imputed with the (sketch) median and, when at least
    :data:`MISSING_INDICATOR_MIN` = 0.1 % of the rows miss, a ``<col>_missing`` 0/1
    feature is added.
@@ -86,6 +88,10 @@ HEAVY_RATIO = 10.0
 HEAVY_MAX_RATIO = 1000.0
 CATEGORICAL_COVERAGE = 0.9
 MISSING_INDICATOR_MIN = 0.001
+#: A kept (linear) column whose encoded values could have a sum of squared deviations
+#: beyond this is log-transformed instead (:func:`_linear_overflows`). A quarter of the
+#: largest float64 leaves room for the round-off of the gateways' sums and their merge.
+LINEAR_M2_MAX = float(np.finfo(np.float64).max) / 4
 #: A text column with at least this many non-null rows that are nearly all distinct
 #: (>= 90 %) is free text / an identifier, whatever its coverage.
 UNIQUE_MIN_ROWS = 50
@@ -251,6 +257,22 @@ def _missing_count(c: ColumnSummary) -> int:
     return c.n_rows - c.n_num - c.n_posinf - c.n_neginf
 
 
+def _linear_overflows(c: ColumnSummary) -> bool:
+    """Whether the float64 moments of the column, kept linear, could overflow.
+
+    The encoded column holds the ``n_num`` finite values plus ``n_rows - n_num`` values
+    in ``[min, max]`` (the median for missing ones, ``min``/``max`` for infinities), so
+    its sum of squared deviations is at most ``m2 + 1.25 (n_rows - n_num) (max -
+    min)**2`` (Chan's update: the extra rows' own ``m2`` is at most ``k span**2 / 4`` and
+    the between term at most ``k span**2``). Past :data:`LINEAR_M2_MAX` -- values spread
+    over more than ~1e154 -- the gateways' moments and the federated scale cannot be
+    represented in float64, whereas the log of such values is below 710.
+    """
+    span = c.max - c.min  # Python floats: inf on overflow, no exception
+    bound = c.m2 + 1.25 * (c.n_rows - c.n_num) * span * span
+    return not bound <= LINEAR_M2_MAX
+
+
 def _numeric(c: ColumnSummary, prefix: str = "", allow_constant_drop: bool = True):
     """Numeric decision: constant / boolean / heavy-tailed / signed / light."""
     n = c.name
@@ -304,6 +326,18 @@ def _numeric(c: ColumnSummary, prefix: str = "", allow_constant_drop: bool = Tru
             "signed-heavy-tailed",
             "signed-log",
             prefix + f"signed (min {_fmt(c.min)}), {why}: heavy-tailed{miss_txt}",
+            **base,
+        )
+    if _linear_overflows(c):
+        # A light tail at a scale float64 moments cannot hold (1e200-scale rates): the
+        # log is the only transform of this rule under which the column can be scaled.
+        action, signed = ("log1p", "") if c.min >= 0 else ("signed-log", "signed, ")
+        return ColumnDecision(
+            n,
+            "numeric",
+            action,
+            prefix + f"{signed}{why}: light-tailed, but values up to {_fmt(big)} overflow "
+            f"float64 moments: {action}{miss_txt}",
             **base,
         )
     return ColumnDecision(n, "numeric", "keep", prefix + f"{why}: light-tailed{miss_txt}", **base)

@@ -106,7 +106,10 @@ def _read_numeric(s: pd.Series, d: ColumnDecision) -> np.ndarray:
                 label = s.index[pos]
                 label = label.item() if hasattr(label, "item") else label
                 raise FeatureError(
-                    f"column {d.name!r} is numeric but row {label!r} holds {text[i]!r}"
+                    f"column {d.name!r} is numeric but row {label!r} holds {text[i]!r}",
+                    column=d.name,
+                    row=label,
+                    value=text[i],
                 )
     out = np.full(len(s), np.nan)
     ok = codes >= 0
@@ -204,6 +207,36 @@ def _to_normal_score(d: ColumnDecision, merged: ColumnSummaries) -> ColumnDecisi
         cdf_x=tuple(float(v) for v in x),
         cdf_counts=tuple(int(c) for c in counts),
     )
+
+
+def _encoded_moments(Z: np.ndarray) -> Moments:
+    """:func:`client_moments` of encoded features, without float64 overflow.
+
+    A column beyond about 1e154 overflows the sum or the squares (a RuntimeWarning and
+    an ``inf`` / NaN moment); such columns are recomputed on ``Z / 2**e`` (exact) and
+    scaled back, so the mean is finite and ``m2`` is ``inf`` only when the true value
+    exceeds float64 (:meth:`FeaturePipeline.fit_scaling` then refuses the column).
+    Other columns are :func:`client_moments`' own, bit for bit.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = client_moments(Z)
+    bad = np.flatnonzero(~(np.isfinite(m.mean) & np.isfinite(m.m2)))
+    if bad.size == 0:
+        return m
+    mean, m2 = m.mean.copy(), m.m2.copy()
+    for j in bad.tolist():
+        col = Z[:, j]
+        if not np.isfinite(col).all():  # encode writes finite values only
+            continue
+        s = math.ldexp(1.0, math.frexp(float(np.abs(col).max()))[1] - 1)  # |col / s| < 2
+        u = col / s
+        mu = float(u.mean())
+        # one correction pass: the mean's round-off, squared and scaled back, would
+        # overflow by itself (a constant 1e307 column would get m2 = inf)
+        mu += float((u - mu).mean())
+        mean[j] = mu * s
+        m2[j] = float(np.square(u - mu).sum()) * s * s  # Python floats: inf, no warning
+    return Moments(m.count, mean, m2)
 
 
 class FeaturePipeline(TransformerMixin, BaseEstimator):
@@ -343,12 +376,14 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
 
     def gateway_moments(self, X: pd.DataFrame) -> Moments:
         """Round 2 on one gateway: moments of its encoded (unscaled) features."""
-        return client_moments(self.encode(X))
+        return _encoded_moments(self.encode(X))
 
     def fit_scaling(self, moments: Sequence[Moments]) -> FeaturePipeline:
         """Server side of round 2: merge the gateways' moments and apply ``scale_rule``."""
         self._check_decided()
-        pooled = combine_moments(moments)
+        with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+            pooled = combine_moments(moments)
+        self._check_moments(pooled)
         self.moments_ = pooled
         if self.scale_rule is None:
             self.mean_, self.scale_ = np.zeros(len(pooled.mean)), np.ones(len(pooled.mean))
@@ -357,6 +392,32 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 pooled, self.scale_rule, float(self.scale_floor)
             )
         return self
+
+    def _check_moments(self, pooled: Moments) -> None:
+        """One :class:`FeatureError` naming the columns whose pooled moments are not finite.
+
+        The decisions log-transform columns spread beyond ~1e154, so this is the net for
+        what they could not foresee (a gateway's moments, a column kept linear on an
+        older summary): a model with an infinite mean or scale could not be loaded.
+        """
+        ok = np.isfinite(pooled.mean) & np.isfinite(pooled.m2)
+        if ok.all():
+            return
+        used = [d for d in self.decisions_ if d.used]
+        owner = [d for d in used for _ in d.output_names()]
+        if len(owner) != len(ok):
+            raise FeatureError(f"got moments of {len(ok)} features, the pipeline has {len(owner)}")
+        bad = list(dict.fromkeys(owner[j] for j in np.flatnonzero(~ok)))
+        parts = []
+        for d in bad:
+            big = max(abs(v) for v in (d.lo, d.hi, 0.0) if v is not None)
+            # the decision's range, when it shows the cause; else the moments alone do
+            what = f"values up to {big:.1e}" if big > 1e154 else "values spread beyond ~1e154"
+            parts.append(
+                f"column {d.name!r}: {what} overflow float64 moments; "
+                f"rescale it or exclude it (--exclude {d.name})"
+            )
+        raise FeatureError("; ".join(parts))
 
     def fit(self, X: pd.DataFrame, y=None, groups=None) -> FeaturePipeline:
         """Fit as a federation would: each group (gateway) is summarised separately.

@@ -14,7 +14,9 @@ What a column summary holds
 * a numeric view of the values (numbers as they are, booleans as 0/1, datetimes as epoch
   seconds, text parsed with :func:`pandas.to_numeric`): ``n_num`` finite values, their
   ``mean`` and ``m2`` (sum of squared deviations; merged with Chan et al.'s pairwise
-  update, as :func:`fedep.core.stats.combine_moments`), ``min``, ``max``, exact counts of
+  update, as :func:`fedep.core.stats.combine_moments`; computed without overflow, so
+  ``m2`` is ``inf`` -- ``None`` in JSON -- only when it exceeds float64, as for values
+  spread over more than ~1e154), ``min``, ``max``, exact counts of
   zeros, ones and non-negative values, of ``+inf``/``-inf`` and of ``n_junk`` text values
   that neither parse nor are missing tokens; and a quantile sketch (:class:`LogHistogram`);
 * a category view: the ``4 * max_categories`` most frequent values (as text; numbers in
@@ -71,6 +73,7 @@ DEFAULT_SKETCH_SIZE = 32
 SKETCH_ZERO = 1e-12
 #: Hashes kept by the distinct-count sketch.
 KMV_SIZE = 256
+_FLOAT_MAX = float(np.finfo(np.float64).max)
 
 _IPV4 = r"\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?(?::\d{1,5})?"
 _IPV6_OR_MAC = r"(?=[0-9A-Fa-f:.%\w]*(?:::|(?:[0-9A-Fa-f]{0,4}:){5}))[0-9A-Fa-f:.]+(?:%\w+)?"
@@ -169,10 +172,26 @@ class LogHistogram:
                 dst[k] = dst.get(k, 0) + c
         return out
 
+    def _edge(self, k: int) -> float:
+        """Lower edge ``10**(k/B)`` of bin ``k``, at most the largest float64.
+
+        Only the upper edge of the last bins below ``1.8e308`` can exceed it, where
+        Python's ``10.0 ** x`` raises ``OverflowError`` instead of returning ``inf``.
+        """
+        try:
+            return min(10.0 ** (k / self.bins_per_decade), _FLOAT_MAX)
+        except OverflowError:
+            return _FLOAT_MAX
+
     def _rep(self, k: int) -> float:
-        lo = 10.0 ** (k / self.bins_per_decade)
-        hi = 10.0 ** ((k + 1) / self.bins_per_decade)
-        return 2.0 * lo * hi / (lo + hi)
+        lo = self._edge(k)
+        if lo < 1e150:
+            hi = self._edge(k + 1)
+            return 2.0 * lo * hi / (lo + hi)
+        # ``lo * hi`` overflows past 1e154 (and gave inf / inf = NaN quantiles): the same
+        # harmonic midpoint as a multiple of ``lo``, clipped to the largest float64
+        g = 10.0 ** (1.0 / self.bins_per_decade)
+        return min(lo * (2.0 * g / (1.0 + g)), _FLOAT_MAX)
 
     @staticmethod
     def _walk(items: list[tuple[float, int]], q: float) -> float:
@@ -219,12 +238,12 @@ class LogHistogram:
             Number of values at or below each knot (cumulative; the last is
             :attr:`count`, halves of the zero atom rounded down).
         """
-        B = self.bins_per_decade
         xs: list[float] = []
         cs: list[float] = []
         cum = 0.0
+        edge = self._edge  # 10**(k/B), clipped to the largest float64 (never inf)
         for k in sorted(self.neg, reverse=True):  # most negative first
-            xs += [-(10.0 ** ((k + 1) / B)), -(10.0 ** (k / B))]
+            xs += [-edge(k + 1), -edge(k)]
             cs += [cum, cum + self.neg[k]]
             cum += self.neg[k]
         if self.zero:
@@ -232,7 +251,7 @@ class LogHistogram:
             cs.append(cum + self.zero / 2.0)
             cum += self.zero
         for k in sorted(self.pos):
-            xs += [10.0 ** (k / B), 10.0 ** ((k + 1) / B)]
+            xs += [edge(k), edge(k + 1)]
             cs += [cum, cum + self.pos[k]]
             cum += self.pos[k]
         x, c = np.asarray(xs, dtype=float), np.asarray(cs, dtype=float)
@@ -397,9 +416,15 @@ class ColumnSummary:
         elif o.n_num == 0:
             mean, m2 = self.mean, self.m2
         else:
+            # Chan et al.'s update with plain float products: an overflowing term is
+            # inf (not OverflowError, as ``delta**2`` raises), and m2 = inf then means
+            # that the pooled m2 exceeds the largest float64 (every term is >= 0).
             delta = o.mean - self.mean
-            mean = self.mean + delta * (o.n_num / n)
-            m2 = self.m2 + o.m2 + delta**2 * (self.n_num * o.n_num / n)
+            if math.isfinite(delta):
+                mean = self.mean + delta * (o.n_num / n)
+            else:  # means of opposite signs near 1e308: weighted average, finite
+                mean = self.mean * (self.n_num / n) + o.mean * (o.n_num / n)
+            m2 = self.m2 + o.m2 + delta * delta * (self.n_num * o.n_num / n)
         top = dict(self.top)
         for k, c in o.top.items():
             top[k] = top.get(k, 0) + c
@@ -445,6 +470,8 @@ class ColumnSummary:
             ).split()
         }
         d["families"] = list(self.families)
+        # strict JSON has no inf: None marks an m2 beyond float64 (see _weighted_moments)
+        d["m2"] = None if math.isinf(self.m2) else self.m2
         d["min"] = None if math.isinf(self.min) else self.min
         d["max"] = None if math.isinf(self.max) else self.max
         keys = sorted(self.top)
@@ -467,7 +494,7 @@ class ColumnSummary:
             name=str(d["name"]),
             families=tuple(d["families"]),
             mean=float(d["mean"]),
-            m2=float(d["m2"]),
+            m2=math.inf if d["m2"] is None else float(d["m2"]),
             min=math.inf if d["min"] is None else float(d["min"]),
             max=-math.inf if d["max"] is None else float(d["max"]),
             sketch=LogHistogram.from_dict(d["sketch"]),
@@ -538,6 +565,47 @@ def _weighted_count(mask: np.ndarray, counts: np.ndarray) -> int:
     return int(counts[mask].sum())
 
 
+def _weighted_moments(v: np.ndarray, c: np.ndarray, n: int) -> tuple[float, float]:
+    """Mean and sum of squared deviations of finite values ``v`` with counts ``c``.
+
+    Values beyond about 1e154 overflow the sum or the squares in float64 (with a
+    RuntimeWarning and an ``inf`` / NaN summary). Those columns are recomputed on
+    ``v / 2**e`` (a power of two: exact) and scaled back: the mean is then always
+    finite (it lies within ``[min, max]``), and ``m2`` is ``inf`` only when the true
+    value exceeds the largest float64 -- which the decisions read as "float64 moments
+    overflow" (:func:`fedep.features.decide_columns`). Other columns keep the direct
+    formulas, bit for bit.
+
+    Parameters
+    ----------
+    v : ndarray of shape (k,), finite floats
+    c : ndarray of shape (k,), int
+    n : int
+        ``c.sum()``, positive.
+
+    Returns
+    -------
+    mean : float
+    m2 : float
+        Non-negative, possibly ``inf``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = float(np.dot(v, c) / n)
+        m2 = float(np.dot((v - mean) ** 2, c))
+    if math.isfinite(mean) and math.isfinite(m2):
+        return mean, m2
+    # 2**(e-1) with |v| < 2**e: |u| < 2, and 2**(e-1) itself never overflows
+    s = math.ldexp(1.0, math.frexp(float(np.max(np.abs(v))))[1] - 1)
+    u = v / s
+    mu = float(np.dot(u, c) / n)  # |mu| < 2
+    # One correction pass: at this scale the mean's round-off alone, squared and
+    # scaled back, would overflow (a constant 1e307 column would get m2 = inf).
+    mu += float(np.dot(u - mu, c) / n)
+    m2u = float(np.dot((u - mu) ** 2, c))  # <= 16 n
+    # Python floats: an overflowing product is inf, no warning
+    return mu * s, m2u * s * s
+
+
 def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray) -> None:
     """Fill the numeric view from values ``vals`` (NaN excluded by caller) with counts ``w``."""
     fin = np.isfinite(vals)
@@ -548,9 +616,7 @@ def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray) -> None:
     cs.n_num = n
     if n == 0:
         return
-    mean = float(np.dot(v, c) / n)
-    cs.mean = mean
-    cs.m2 = float(np.dot((v - mean) ** 2, c))
+    cs.mean, cs.m2 = _weighted_moments(v, c, n)
     cs.min, cs.max = float(v.min()), float(v.max())
     cs.n_zero = _weighted_count(v == 0, c)
     cs.n_one = _weighted_count(v == 1, c)
