@@ -250,3 +250,16 @@ def test_bad_pipeline_in_model_file_is_one_line(flows, tmp_path, edit, match):
     with pytest.raises(ModelFileError, match=match) as info:
         fedep.load(tmp_path / "bad.fedep")
     assert "bad.fedep" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_numeric_path_refuses_values_whose_moments_overflow():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    X[:, 2] *= 1e160  # squares beyond float64: the scale would be inf, every score 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match=r"^feature 2: values up to \d\.\d+e\+160 overflow"):
+            FedEP(n_rounds=2).fit(X, groups=np.repeat([0, 1, 2], 100))
+        df = pd.DataFrame(X, columns=list("abcd"))
+        with pytest.raises(ValueError, match=r"^feature 'c': values up to"):
+            FedEP(n_rounds=2, features="numeric").fit(df, groups=np.repeat([0, 1, 2], 100))

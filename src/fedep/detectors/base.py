@@ -276,7 +276,21 @@ class BaseFederatedDetector(BaseEstimator):
         With a feature pipeline that scales, its own federated scaling replaces this
         one (mean 0, scale 1).
         """
-        pooled = combine_moments(client_moments(b) for b in blocks)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pooled = combine_moments(client_moments(b) for b in blocks)
+        bad = np.flatnonzero(~(np.isfinite(pooled.mean) & np.isfinite(pooled.m2)))
+        if bad.size:
+            # the sums of squares of values beyond ~1e154 overflow float64: a scale of
+            # inf would make every score 0 (the feature pipeline log-transforms such
+            # columns; the numeric path takes the values as they are)
+            j = int(bad[0])
+            names = getattr(self, "feature_names_in_", None)
+            what = f"feature {str(names[j])!r}" if names is not None else f"feature {j}"
+            top = max(float(np.max(np.abs(b[:, j]))) if len(b) else 0.0 for b in blocks)
+            raise ValueError(
+                f"{what}: values up to {top:.3g} overflow float64 moments; rescale it "
+                "(e.g. log1p) or fit a DataFrame with features='auto'"
+            )
         mean, scale, constant = standardization_from_moments(pooled)
         if pipe is not None and pipe.scale_rule is not None:
             mean, scale = np.zeros_like(mean), np.ones_like(scale)
