@@ -318,3 +318,18 @@ def test_bad_pipeline_option_is_refused_before_any_round(tmp_path):
         run_local(cfgs, {**RUN, "scale-rule": "bogus"})
     with pytest.raises(ValueError, match="need features 'auto'"):
         run_local(cfgs, {**RUN, "features": "numeric", "include": "ts"})
+
+
+def test_gateway_checks_the_servers_pipeline():
+    # a malformed (or hostile) pipeline in a server message fails the reply with one
+    # line naming the field, before any record is encoded with it
+    from fedep.federation.flower.client_app import _pipeline
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"x": rng.normal(size=50), "p": np.where(np.arange(50) % 2, "a", "b")})
+    good = FeaturePipeline().fit(df).to_dict()
+    assert _pipeline(json.loads(json.dumps(good))).get_feature_names_out().size > 0
+    bad = json.loads(json.dumps(good))
+    bad["decisions"][1]["vocabulary"] = "ab"
+    with pytest.raises(ValueError, match=r"^feature pipeline from the server: .*vocabulary"):
+        _pipeline(bad)

@@ -136,8 +136,16 @@ def _table(context: Context, columns=None):
 
 
 def _pipeline(data: dict):
+    """The server's feature pipeline, checked against the model file's schema first: a
+    malformed or hostile message fails this gateway's reply with one line naming the
+    field, not somewhere inside the encoding."""
+    from fedep._model_content import _check_pipeline_dict
     from fedep.features import FeaturePipeline
 
+    try:
+        _check_pipeline_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"feature pipeline from the server: {exc}") from None
     return FeaturePipeline.from_dict(data)
 
 
