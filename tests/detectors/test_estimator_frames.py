@@ -263,3 +263,13 @@ def test_numeric_path_refuses_values_whose_moments_overflow():
         df = pd.DataFrame(X, columns=list("abcd"))
         with pytest.raises(ValueError, match=r"^feature 'c': values up to"):
             FedEP(n_rounds=2, features="numeric").fit(df, groups=np.repeat([0, 1, 2], 100))
+
+
+def test_groups_of_mixed_id_kinds_are_refused():
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    with pytest.raises(ValueError, match=r"^groups mixes client ids of kinds number, text"):
+        FedEP(n_rounds=2).fit(X, groups=np.array([1, "1"] * 30, dtype=object))
+    ids = np.array([np.int64(1), 2] * 30, dtype=object)  # numpy and Python ints: one kind
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert FedEP(n_rounds=2).fit(X, groups=ids).clients_.tolist() == [1, 2]

@@ -8,6 +8,7 @@ One definition of a fitted detector (:meth:`BaseFederatedDetector._set_fitted` t
 
 from __future__ import annotations
 
+import numbers
 import time
 from numbers import Integral, Real
 from typing import Any
@@ -73,6 +74,14 @@ _FEDERATION_CONSTRAINTS: dict = {
 }
 
 
+def _id_kind(g) -> str:
+    if isinstance(g, str | bytes):
+        return "text"
+    if isinstance(g, numbers.Number):
+        return "number"
+    return "missing" if g is None else type(g).__name__
+
+
 def _check_groups(groups, n: int) -> np.ndarray:
     """One client id per row of X, as a 1-D array without NaN/inf."""
     groups = np.asarray(groups)
@@ -83,6 +92,10 @@ def _check_groups(groups, n: int) -> np.ndarray:
         )
     if groups.dtype.kind == "f" and not np.isfinite(groups).all():
         raise ValueError("groups holds NaN or inf client ids")
+    if groups.dtype.kind == "O":
+        kinds = sorted({_id_kind(g) for g in groups.tolist()})
+        if len(kinds) > 1:  # 1 and "1" would be two clients that cannot be sorted
+            raise ValueError(f"groups mixes client ids of kinds {', '.join(kinds)}: use one")
     return groups
 
 
