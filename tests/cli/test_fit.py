@@ -259,6 +259,10 @@ def test_fit_refuses_a_gateway_file_without_rows(tmp_path, capsys, kind):
         line = one_error_line(capsys)
         assert str(empty) in line and "no data rows" in line
     assert not out.exists()
+    one = tmp_path / "one.csv"
+    one.write_text("a,b\n1,2\n")
+    assert main(["fit", "--train", str(one), "--out", str(out)]) == 1
+    assert one_error_line(capsys).endswith(f"{one}: 1 data row: a fit needs at least 2 records")
 
 
 def test_fit_clean_protocol_names_a_gateway_without_normal_rows(tmp_path, capsys):

@@ -155,6 +155,9 @@ def _check_rows(tables: dict, files: dict) -> None:
         if len(df) == 0:
             whose = "nothing" if gid is None else f"gateway {gid!r} has nothing"
             raise DataError(files[gid], f"no data rows ({whose} to train on)")
+    if len(tables) == 1 and sum(len(df) for df in tables.values()) < 2:
+        (gid,) = tables
+        raise DataError(files[gid], "1 data row: a fit needs at least 2 records")
 
 
 def _report_missing_columns(tables: dict) -> None:
