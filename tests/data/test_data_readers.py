@@ -778,6 +778,8 @@ def test_numeric_fast_path_is_taken_and_refuses_what_it_cannot_vouch_for(tmp_pat
         types = rcsv._first_block_types(src, names, ",", columns)
         return rcsv._numeric_table(src, names, ",", columns, types)
 
+    df = fast("a,b\n1,0.5\n2,1.5\n", name="plain.csv.zip")  # no compression by its name
+    assert df is not None and df["b"].tolist() == [0.5, 1.5]
     df = fast("a,b\n1,0.5\n2,1.5\n")
     assert df is not None and df["a"].dtype == np.int64 and df["b"].tolist() == [0.5, 1.5]
     df = fast("a,b\nx,0.5\ny,1.5\n")

@@ -260,6 +260,7 @@ def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None
                 names=names,
                 engine="c",
                 encoding="utf-8",
+                compression=None,  # plain text by its magic bytes, whatever its name
             )
     except (ValueError, TypeError, OverflowError, OSError, pd.errors.ParserError):
         return None
