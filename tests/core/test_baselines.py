@@ -93,3 +93,20 @@ def test_groups_cover_every_client_once(sizes, max_rows):
         for j, c in enumerate(g.clients):
             assert np.all(g.X[j, : g.lengths[j]] == c)
             assert np.all(g.X[j, g.lengths[j] :] == 0)
+
+
+def test_client_moments_do_not_overflow_for_huge_finite_values():
+    import warnings
+
+    from fedep.core.stats import client_moments
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(size=50), np.full(50, 1e307), rng.normal(size=50) * 1e200])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        m = client_moments(X)
+    ref = client_moments(np.column_stack([X[:, 0], np.zeros((50, 2))]))  # same layout
+    assert m.mean[0] == ref.mean[0] and m.m2[0] == ref.m2[0]  # ordinary columns untouched
+    assert m.mean[1] == 1e307 and m.m2[1] == 0.0  # a constant column stays exact
+    np.testing.assert_allclose(m.mean[2], (X[:, 2] / 1e200).mean() * 1e200, rtol=1e-12)
+    assert np.isfinite(m.mean[2]) and m.m2[2] == np.inf  # its true m2 exceeds float64

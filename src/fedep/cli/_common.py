@@ -204,6 +204,16 @@ def add_clients(p: argparse.ArgumentParser, *, random_state: bool) -> None:
 
 
 # ---------------------------------------------------------------------- files, models
+def bad_value_error(exc, path, **where):
+    """A :class:`~fedep.features.FeatureError` about one value (its ``value`` and
+    ``column`` set) as the DataError naming ``path`` and ``where`` (``row=`` or
+    ``line=``): the one wording of fit and score."""
+    from fedep.data import DataError
+
+    msg = f"non-numeric value {exc.value!r} in a numeric feature column"
+    return DataError(path, msg, column=exc.column, **where)
+
+
 def check_output_file(path, option: str, keep: dict[str, object] | None = None) -> Path:
     """Fail early (one line) unless ``path`` can be written: its directory exists, is
     a directory and is writable, ``path`` itself is not a directory nor any other
@@ -213,9 +223,9 @@ def check_output_file(path, option: str, keep: dict[str, object] | None = None) 
     out = Path(path)
     if out.exists() and not out.is_dir() and not out.is_file():
         raise UsageError(f"{option}: {str(out)!r} exists and is not a regular file")
-    for other, paths in (keep or {}).items():
+    for other, paths in (keep or {}).items() if out.exists() else ():
         for q in paths if isinstance(paths, list | tuple) else [paths]:
-            if q is not None and out.exists() and Path(q).exists() and out.samefile(q):
+            if q is not None and Path(q).exists() and out.samefile(q):
                 raise UsageError(f"{option} must differ from {other} ({str(q)!r})")
     parent = out.parent
     if not parent.exists():

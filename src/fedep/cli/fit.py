@@ -38,6 +38,7 @@ from fedep.cli._common import (
     DEFAULT_PARTITION_SEED,
     add_clients,
     add_data_source,
+    bad_value_error,
     check_output_file,
     info,
 )
@@ -178,7 +179,7 @@ def cmd_fit(args) -> int:
             warnings.simplefilter("ignore", ConvergenceWarning)
             det.fit(handover.pop(), groups=data.groups)
     except FeatureError as exc:
-        raise _located(exc, data.origins) from None
+        raise _located(exc, data) from None
     finally:
         if progress is not None:
             progress.close()
@@ -214,21 +215,13 @@ def cmd_fit(args) -> int:
     return 0
 
 
-def _located(exc, origins):
+def _located(exc, data):
     """A feature-pipeline error about one value, reworded to name the user's file and
     its data row (the pipeline saw the files' rows concatenated and renumbered)."""
-    from fedep.data import DataError
-
-    row = getattr(exc, "row", None)
-    if origins is None or not isinstance(row, int | np.integer) or not 0 <= row < len(origins[1]):
+    where = data.origin(int(exc.row)) if isinstance(exc.row, int | np.integer) else None
+    if where is None:
         return exc
-    files, rows = origins
-    return DataError(
-        files[row],
-        f"non-numeric value {exc.value!r} in a numeric feature column",
-        row=int(rows[row]) + 1,
-        column=exc.column,
-    )
+    return bad_value_error(exc, where[0], row=where[1] + 1)
 
 
 def _how(det) -> str:

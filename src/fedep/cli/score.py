@@ -31,6 +31,7 @@ import numpy as np
 from fedep.cli._common import (
     add_model_options,
     add_read_options,
+    bad_value_error,
     check_columns,
     check_output_file,
     info,
@@ -195,21 +196,15 @@ def cmd_score(args) -> int:
 def _score_located(det, X, groups, tails_names, k, src, where: str):
     """:func:`score_block`; a bad value the pipeline meets is a DataError naming the file,
     the ``where`` ("line" or "row") of the index label and the column."""
-    import re
-
     from fedep.data import DataError
     from fedep.features import FeatureError
 
     try:
         return score_block(det, X, groups, tails_names, k)
     except FeatureError as exc:
-        m = re.fullmatch(r"column (.+) is numeric but row (\d+) holds (.+)", str(exc))
-        if m is None:
+        if not isinstance(exc.row, int | np.integer) or exc.row < 0:
             raise DataError(src, str(exc)) from None
-        col = m.group(1).strip("'\"")
-        where_kw = {where: int(m.group(2))}
-        msg = f"non-numeric value {m.group(3)} in a numeric feature column"
-        raise DataError(src, msg, column=col, **where_kw) from None
+        raise bad_value_error(exc, src, **{where: int(exc.row)}) from None
 
 
 def _check_clash(columns, tails, src) -> None:

@@ -28,8 +28,24 @@ class Training:
     names: list[str]
     desc: str
     categories: np.ndarray | None = None
-    # for the user's files: the file and 0-based data row of each row of X
-    origins: tuple[np.ndarray, np.ndarray] | None = None
+    # for the user's files: where each row of X was read (see :meth:`origin`)
+    files: list[Path] | None = None
+    # each file's first row in the concatenated table, then its total
+    bounds: np.ndarray | None = None
+    kept: np.ndarray | None = None  # rows of that table in X (None: all, in order)
+
+    def origin(self, row: int) -> tuple[Path, int] | None:
+        """The file and 0-based data row of row ``row`` of ``X`` (None if unknown)."""
+        if self.files is None or row < 0:
+            return None
+        if self.kept is not None:
+            if row >= len(self.kept):
+                return None
+            row = int(self.kept[row])
+        if row >= self.bounds[-1]:
+            return None
+        i = int(np.searchsorted(self.bounds, row, side="right")) - 1
+        return self.files[i], row - int(self.bounds[i])
 
 
 def read_column(path, column: str) -> np.ndarray:
@@ -120,7 +136,8 @@ def check_client_options(args) -> None:
 
 
 def _read_training_tables(args):
-    """(frame, per-file gateway ids or None, description of the files)."""
+    """(frame, per-file gateway ids or None, description of the files, the files, each
+    file's first row in the frame followed by the frame's length)."""
     from fedep.cli._common import read_kwargs
     from fedep.data.readers import gateway_files, read_many, read_table
 
@@ -130,8 +147,7 @@ def _read_training_tables(args):
     if len(files) == 1 and not Path(paths[0]).is_dir():
         df = read_table(files[0], **kw)
         _check_rows({None: df}, {None: files[0]})
-        origins = (np.zeros(len(df), dtype=np.int64), np.arange(len(df)))
-        return df, None, files[0].name, ([files[0]], origins)
+        return df, None, files[0].name, files, np.array([0, len(df)])
     tables = read_many(paths, **kw)
     _check_rows(tables, dict(zip(tables, files, strict=True)))
     _report_missing_columns(tables)
@@ -139,11 +155,7 @@ def _read_training_tables(args):
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     sizes = [len(f) for f in frames]
     ids = np.repeat(np.asarray(list(tables), dtype=str), sizes)
-    origins = (
-        np.repeat(np.arange(len(frames)), sizes),
-        np.concatenate([np.arange(n) for n in sizes]),
-    )
-    return df, ids, f"{len(files)} files", (list(files), origins)
+    return df, ids, f"{len(files)} files", files, np.concatenate([[0], np.cumsum(sizes)])
 
 
 def _check_rows(tables: dict, files: dict) -> None:
@@ -190,7 +202,7 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
         return _official(args, protocol, seed)
     from fedep.data import DataError
 
-    df, file_ids, source, (file_list, (file_of, row_of)) = _read_training_tables(args)
+    df, file_ids, source, files, bounds = _read_training_tables(args)
     path = source
     cols = [str(c) for c in df.columns]
     for opt, c in (("--label-column", args.label_column), ("--client-column", args.client_column)):
@@ -225,6 +237,7 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
     if protocol == "clean" and y is None:
         raise UsageError("--protocol clean needs labels: pass --label-column")
     proto = protocol or ("clean" if y is not None else "contaminated")
+    kept = None
     if apply_protocol and proto == "clean":
         keep = y == 0
         if not keep.any():
@@ -239,10 +252,10 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
             )
         X = X.loc[keep].reset_index(drop=True)
         y, groups = y[keep], groups[keep]
-        file_of, row_of = file_of[keep], row_of[keep]
+        kept = np.flatnonzero(keep)
     desc = f"{source}, {how}, protocol {proto}"
-    origins = (np.asarray(file_list, dtype=object)[file_of], row_of)
-    return Training(X, y, groups, [str(c) for c in X.columns], desc, origins=origins)
+    names = [str(c) for c in X.columns]
+    return Training(X, y, groups, names, desc, files=files, bounds=bounds, kept=kept)
 
 
 def _official(args, protocol, seed) -> Training:

@@ -12,6 +12,7 @@ Shapes: ``X`` is ``(n_samples, n_features)``; moments are ``(n_features,)`` arra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -72,6 +73,9 @@ def client_moments(X: np.ndarray) -> Moments:
     Returns
     -------
     Moments
+        The mean is finite for finite records of any magnitude: a column whose sums
+        overflow float64 is recomputed in scaled units (its ``m2`` is ``inf`` only
+        when the true value exceeds float64).
     """
     X = np.asarray(X, dtype=float)
     if X.ndim != 2:
@@ -80,10 +84,34 @@ def client_moments(X: np.ndarray) -> Moments:
     if n == 0:
         z = np.zeros(X.shape[1])
         return Moments(0, z, z.copy())
-    mean = X.mean(axis=0)
-    dev = X - mean
-    np.square(dev, out=dev)  # in place: one temporary the size of X, not two
-    return Moments(n, mean, dev.sum(axis=0))
+    with np.errstate(over="ignore", invalid="ignore"):  # such columns are redone below
+        mean = X.mean(axis=0)
+        dev = X - mean
+        np.square(dev, out=dev)  # in place: one temporary the size of X, not two
+        m2 = dev.sum(axis=0)
+    del dev
+    for j in np.flatnonzero(~(np.isfinite(mean) & np.isfinite(m2))).tolist():
+        mean[j], m2[j] = _scaled_moments(X[:, j])
+    return Moments(n, mean, m2)
+
+
+def _scaled_moments(col: np.ndarray) -> tuple[float, float]:
+    """Mean and m2 of a column whose sum or squares overflow float64 (beyond ~1e154).
+
+    Computed on ``col / 2**e`` (exact) and scaled back, so the mean is finite and ``m2``
+    is ``inf`` only when the true value exceeds float64. A column holding inf or NaN is
+    left as numpy computes it (NaN / inf moments).
+    """
+    if not np.isfinite(col).all():
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(col.mean()), float(np.square(col - col.mean()).sum())
+    s = math.ldexp(1.0, math.frexp(float(np.abs(col).max()))[1] - 1)  # |col / s| < 2
+    u = col / s
+    mu = float(u.mean())
+    # one correction pass: the mean's round-off, squared and scaled back, would
+    # overflow by itself (a constant 1e307 column would get m2 = inf)
+    mu += float((u - mu).mean())
+    return mu * s, float(np.square(u - mu).sum()) * s * s  # Python floats: inf, no warning
 
 
 def combine_moments(parts: Iterable[Moments]) -> Moments:

@@ -209,36 +209,6 @@ def _to_normal_score(d: ColumnDecision, merged: ColumnSummaries) -> ColumnDecisi
     )
 
 
-def _encoded_moments(Z: np.ndarray) -> Moments:
-    """:func:`client_moments` of encoded features, without float64 overflow.
-
-    A column beyond about 1e154 overflows the sum or the squares (a RuntimeWarning and
-    an ``inf`` / NaN moment); such columns are recomputed on ``Z / 2**e`` (exact) and
-    scaled back, so the mean is finite and ``m2`` is ``inf`` only when the true value
-    exceeds float64 (:meth:`FeaturePipeline.fit_scaling` then refuses the column).
-    Other columns are :func:`client_moments`' own, bit for bit.
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        m = client_moments(Z)
-    bad = np.flatnonzero(~(np.isfinite(m.mean) & np.isfinite(m.m2)))
-    if bad.size == 0:
-        return m
-    mean, m2 = m.mean.copy(), m.m2.copy()
-    for j in bad.tolist():
-        col = Z[:, j]
-        if not np.isfinite(col).all():  # encode writes finite values only
-            continue
-        s = math.ldexp(1.0, math.frexp(float(np.abs(col).max()))[1] - 1)  # |col / s| < 2
-        u = col / s
-        mu = float(u.mean())
-        # one correction pass: the mean's round-off, squared and scaled back, would
-        # overflow by itself (a constant 1e307 column would get m2 = inf)
-        mu += float((u - mu).mean())
-        mean[j] = mu * s
-        m2[j] = float(np.square(u - mu).sum()) * s * s  # Python floats: inf, no warning
-    return Moments(m.count, mean, m2)
-
-
 class FeaturePipeline(TransformerMixin, BaseEstimator):
     """Automatic feature pipeline for flow records, fitted from per-gateway summaries.
 
@@ -376,7 +346,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
 
     def gateway_moments(self, X: pd.DataFrame) -> Moments:
         """Round 2 on one gateway: moments of its encoded (unscaled) features."""
-        return _encoded_moments(self.encode(X))
+        return client_moments(self.encode(X))
 
     def fit_scaling(self, moments: Sequence[Moments]) -> FeaturePipeline:
         """Server side of round 2: merge the gateways' moments and apply ``scale_rule``."""
