@@ -312,3 +312,30 @@ def test_fit_names_the_file_and_row_of_a_bad_value(tmp_path, capsys):
     argv += ["--label-column", "label", "--n-rounds", "2", "--quiet", "--out", str(out)]
     assert main(argv) == 1
     assert f"all.csv, row {80 + 7}, column 'b'" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("suffix", ["csv", "json"])
+def test_client_ids_are_text_as_written(tmp_path, suffix):
+    # 1, 01 and 1.0 are three gateways (typed as numbers they were merged into one), in
+    # fit and in both of score's paths (the CSV stream and the table reader)
+    rng = np.random.default_rng(0)
+    ids = ["1", "01", "1.0"]
+    df = pd.DataFrame(rng.normal(size=(90, 3)), columns=["a", "b", "c"])
+    df.insert(0, "gw", np.repeat(ids, 30))
+    p = tmp_path / f"all.{suffix}"
+    if suffix == "csv":
+        df.to_csv(p, index=False)
+    else:
+        df.to_json(p, orient="records")
+    out = tmp_path / "m.fedep"
+    argv = ["fit", "--train", str(p), "--client-column", "gw", "--n-rounds", "5"]
+    assert main([*argv, "--n-components", "1", "--quiet", "--out", str(out)]) == 0
+    det = fedep.load(out)
+    assert sorted(det.clients_.tolist()) == sorted(ids)
+    scored = tmp_path / "s.csv"
+    argv = ["score", "--model", str(out), "--input", str(p), "--output", str(scored)]
+    assert main([*argv, "--client-column", "gw", "--quiet"]) == 0
+    got = pd.read_csv(scored, dtype={"gw": str})
+    assert got["gw"].tolist() == df["gw"].tolist()
+    want = det.decision_function(df[["a", "b", "c"]], groups=df["gw"].to_numpy())
+    np.testing.assert_allclose(got["anomaly_score"], want, rtol=1e-6)

@@ -816,3 +816,48 @@ def test_nested_and_dictionary_columns_become_text(tmp_path):
         assert df["l"].tolist()[:2] == ["[1, 2]", "[]"] and pd.isna(df["l"].iloc[2])
         assert df["d"].tolist() == ["u", "v", "u"]
         assert all(pd.api.types.is_string_dtype(df[c].dtype) for c in "sld")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("chunksize", [None, 2])
+@pytest.mark.parametrize("block", [16, 1 << 22])
+def test_text_columns_keep_identifiers_as_written(tmp_path, monkeypatch, fast, chunksize, block):
+    # "1", "01" and "1.0" are three gateways: typed as numbers they would be one; a
+    # first block of numbers only (small block) must not type the column either
+    import fedep.data.readers.csv as rcsv
+
+    monkeypatch.setattr(rcsv, "_BLOCK_SIZE", block)
+    if not fast:
+        monkeypatch.setattr(rcsv, "_numeric_table", lambda *a: None)
+    ids = ["1", "01", "1.0", "2", "02", "3"]
+    p = tmp_path / "ids.csv"
+    p.write_text("gw,a\n" + "".join(f"{g},{i}.5\n" for i, g in enumerate(ids)))
+
+    def read(**kw):
+        got = read_table(p, chunksize=chunksize, **kw)
+        return got if chunksize is None else pd.concat(list(got), ignore_index=True)
+
+    df = read(text_columns=["gw", "absent"])
+    assert df["gw"].tolist() == ids
+    assert df["a"].dtype == np.float64 and df["a"].tolist() == [i + 0.5 for i in range(6)]
+    assert read()["gw"].dtype.kind in "if"  # without it the column is typed as numbers
+    assert read(text_columns=["gw"], columns=["gw"])["gw"].tolist() == ids
+
+
+def test_text_columns_in_json(tmp_path):
+    import json
+
+    rows = [{"gw": g, "a": float(i)} for i, g in enumerate(["1", "01", "1.0", "2"])]
+    arr = tmp_path / "ids.json"
+    arr.write_text(json.dumps(rows))
+    lines = tmp_path / "ids.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for p in (arr, lines):
+        df = read_table(p, text_columns=["gw"])
+        assert df["gw"].tolist() == ["1", "01", "1.0", "2"], p
+        assert df["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    # a float's digits survive the JSON array reader (pandas' default parser rounds)
+    arr.write_text(json.dumps([{"a": 0.12573022109339302}, {"a": 1e-300}]))
+    assert read_table(arr)["a"].tolist() == [0.12573022109339302, 1e-300]
+    with pytest.raises(ReadError, match="text_columns must be a sequence"):
+        read_table(arr, text_columns="gw")

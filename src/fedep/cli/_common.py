@@ -118,8 +118,18 @@ def add_read_options(p: argparse.ArgumentParser) -> None:
 
 
 def read_kwargs(args) -> dict:
-    """The :func:`~fedep.data.readers.read_table` options of the command line."""
-    return {"format": args.format, "delimiter": args.delimiter, "infinity": args.infinity}
+    """The :func:`~fedep.data.readers.read_table` options of the command line.
+
+    The ``--client-column`` is read as text as written: ``1``, ``01`` and ``1.0`` are three
+    gateways (typed as numbers they would be merged into one), as in ``score``'s stream.
+    """
+    client = getattr(args, "client_column", None)
+    return {
+        "format": args.format,
+        "delimiter": args.delimiter,
+        "infinity": args.infinity,
+        "text_columns": () if client is None else (client,),
+    }
 
 
 def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:

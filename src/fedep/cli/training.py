@@ -48,18 +48,6 @@ class Training:
         return self.files[i], row - int(self.bounds[i])
 
 
-def read_column(path, column: str) -> np.ndarray:
-    """One raw column of a table (any supported format), as stripped strings."""
-    from fedep.data import DataError
-    from fedep.data.readers import read_table
-
-    try:
-        s = read_table(path, columns=[column])[column]
-    except KeyError as exc:  # pragma: no cover - read_table names unknown columns itself
-        raise DataError(Path(path), f"cannot read column: {exc}", column=column) from None
-    return _text(s)
-
-
 def _text(s: pd.Series) -> np.ndarray:
     """A column as stripped strings (missing values as "")."""
     return s.astype(object).where(s.notna(), "").astype(str).str.strip().to_numpy(dtype=str)

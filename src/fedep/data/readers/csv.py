@@ -174,16 +174,23 @@ def _read_csv(src: _Source, opts: dict) -> pa.Table:
             fh.close()
 
 
-def _csv_table(src, head, delimiter, columns) -> pd.DataFrame:
-    return _try_encodings(_csv_table_encoded, src, head, delimiter, columns)
+def _csv_table(src, head, delimiter, columns, text_columns=()) -> pd.DataFrame:
+    return _try_encodings(_csv_table_encoded, src, head, delimiter, columns, text_columns)
 
 
-def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
+def _text_types(names, columns, text_columns) -> dict[str, pa.DataType]:
+    """pyarrow column types that keep ``text_columns`` (those read) as written."""
+    read = set(names if columns is None else columns)
+    return {c: pa.string() for c in text_columns if c in read}
+
+
+def _csv_table_encoded(src, head, delimiter, columns, text_columns=()) -> pd.DataFrame:
     names = _csv_header(src, head, delimiter)
     _check_columns(src.path, names, columns)
     table = None
-    types = _first_block_types(src, names, delimiter, columns)
-    fast = _numeric_table(src, names, delimiter, columns, types)
+    text = _text_types(names, columns, text_columns)
+    types = _first_block_types(src, names, delimiter, columns, text)
+    fast = _numeric_table(src, names, delimiter, columns, types, text)
     if fast is not None:
         return fast
     if types:
@@ -201,7 +208,7 @@ def _csv_table_encoded(src, head, delimiter, columns) -> pd.DataFrame:
     if table is None:
         bad = []
         try:
-            table = _read_csv(src, _csv_options(src, names, delimiter, columns, None, True, bad))
+            table = _read_csv(src, _csv_options(src, names, delimiter, columns, text, True, bad))
         except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
             if _is_encoding_error(exc) and src.encoding != _ENCODINGS[-1]:
                 raise _WrongEncoding from None
@@ -226,7 +233,7 @@ def _fast_dtypes() -> dict[pa.DataType, object]:
     return {pa.int64(): df["i"].dtype, pa.float64(): df["f"].dtype, pa.string(): df["s"].dtype}
 
 
-def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None:
+def _numeric_table(src, names, delimiter, columns, types, text=None) -> pd.DataFrame | None:
     """The whole file by pandas' C parser when every column is a number or plain text.
 
     Tried only for a whole uncompressed UTF-8 file (no ``columns``: pandas' ``usecols``
@@ -242,7 +249,8 @@ def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None
     field as an index). The dtypes are checked after the read, not given to pandas:
     given, they make its parse about twice as slow. One known difference remains: an
     integer written ``+5`` after the first block keeps its column int64 here, where
-    pyarrow would make the column float64 (same values).
+    pyarrow would make the column float64 (same values). The ``text`` columns (an
+    identifier column read as written) are the exception: their dtype is given.
     """
     if columns is not None or src.compression is not None or src.encoding != "utf-8":
         return None
@@ -261,6 +269,7 @@ def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None
                 engine="c",
                 encoding="utf-8",
                 compression=None,  # plain text by its magic bytes, whatever its name
+                dtype=dict.fromkeys(text, str) if text else None,
             )
     except (ValueError, TypeError, OverflowError, OSError, pd.errors.ParserError):
         return None
@@ -281,11 +290,11 @@ def _numeric_table(src, names, delimiter, columns, types) -> pd.DataFrame | None
     return df
 
 
-def _first_block_types(src, names, delimiter, columns) -> dict[str, pa.DataType]:
+def _first_block_types(src, names, delimiter, columns, text=None) -> dict[str, pa.DataType]:
     """The column types pyarrow infers from the file's first block (columns of null type,
-    all empty there, left out); empty when that block cannot be read (the full read
-    then reports why)."""
-    opts = _csv_options(src, names, delimiter, columns, None, False, [])
+    all empty there, left out; the ``text`` columns given as text); empty when that
+    block cannot be read (the full read then reports why)."""
+    opts = _csv_options(src, names, delimiter, columns, text, False, [])
     try:
         with _open_csv(src, opts) as reader:
             schema = reader.schema
@@ -300,16 +309,17 @@ def _what(delimiter: str) -> str:
     return "TSV" if delimiter == "\t" else "CSV"
 
 
-def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
+def _stream_types(src, names, delimiter, columns, text=None) -> tuple[dict, set[str]]:
     """First pass of the streaming reader: settle every column's type over the whole file.
 
     pyarrow's streaming reader infers types from its first block only, so a later block
     with ``1.5`` in an integer column or text in a number column fails; the failing column
     is widened (null/int -> float64 -> string) and the pass restarted. The pass also finds
     malformed rows before any chunk is handed out, and the integer columns with missing
-    values (read as float64 in every chunk, so that all chunks share their dtypes).
+    values (read as float64 in every chunk, so that all chunks share their dtypes). The
+    ``text`` columns are text from the start.
     """
-    types: dict[str, pa.DataType] = {}
+    types: dict[str, pa.DataType] = dict(text or {})
     for _ in range(2 * len(names) + 1):
         bad: list = []
         opts = _csv_options(src, names, delimiter, columns, types, True, bad)
@@ -344,16 +354,17 @@ def _stream_types(src, names, delimiter, columns) -> tuple[dict, set[str]]:
     raise ReadError(src.path, "cannot settle the column types")  # pragma: no cover
 
 
-def _csv_reader(src, head, delimiter, columns, chunksize) -> _Frames:
+def _csv_reader(src, head, delimiter, columns, chunksize, text_columns=()) -> _Frames:
     if chunksize is None:
-        return lambda: iter([_csv_table(src, head, delimiter, columns)])
-    return _try_encodings(_csv_stream, src, head, delimiter, columns, chunksize)
+        return lambda: iter([_csv_table(src, head, delimiter, columns, text_columns)])
+    return _try_encodings(_csv_stream, src, head, delimiter, columns, chunksize, text_columns)
 
 
-def _csv_stream(src, head, delimiter, columns, chunksize) -> _Frames:
+def _csv_stream(src, head, delimiter, columns, chunksize, text_columns=()) -> _Frames:
     names = _csv_header(src, head, delimiter)
     _check_columns(src.path, names, columns)
-    types, int_with_nulls = _stream_types(src, names, delimiter, columns)
+    text = _text_types(names, columns, text_columns)
+    types, int_with_nulls = _stream_types(src, names, delimiter, columns, text)
     for name in int_with_nulls:
         types[name] = pa.float64()
 

@@ -25,7 +25,7 @@ from fedep.data.readers.source import (
 from fedep.data.readers.zeek import _read_json, _zeek_reader
 
 
-def _iter_table(path, format, delimiter, infinity, columns, chunksize):
+def _iter_table(path, format, delimiter, infinity, columns, chunksize, text_columns=()):
     path = Path(path)
     if format not in ("auto", *FORMATS):
         raise ReadError(path, f"unknown format {format!r}; expected 'auto' or one of {FORMATS}")
@@ -35,6 +35,9 @@ def _iter_table(path, format, delimiter, infinity, columns, chunksize):
         raise ReadError(path, f"chunksize must be a positive integer, got {chunksize!r}")
     if columns is not None:
         columns = [str(c) for c in columns]
+    if isinstance(text_columns, str):
+        raise ReadError(path, f"text_columns must be a sequence of names, got {text_columns!r}")
+    text_columns = tuple(dict.fromkeys(str(c) for c in text_columns))
     src = _open_source(path)
     head = _read_head(src)
     fmt = _detect(src, head) if format == "auto" else format
@@ -49,7 +52,7 @@ def _iter_table(path, format, delimiter, infinity, columns, chunksize):
     elif fmt == "zeek":
         frames, locate = _zeek_reader(src, columns, chunksize)
     elif fmt in ("json", "zeek-json"):
-        df = _read_json(src, head, fmt == "zeek-json", columns)
+        df = _read_json(src, head, fmt == "zeek-json", columns, text_columns)
         frames = _slices(lambda: df, len(df), chunksize)
     else:
         if delimiter is None:
@@ -59,7 +62,7 @@ def _iter_table(path, format, delimiter, infinity, columns, chunksize):
                 delimiter = _sniff_delimiter(_first_line(head).decode("utf-8", errors="replace"))
         if len(delimiter) != 1:
             raise ReadError(path, f"delimiter must be one character, got {delimiter!r}")
-        frames = _csv_reader(src, head, delimiter, columns, chunksize)
+        frames = _csv_reader(src, head, delimiter, columns, chunksize, text_columns)
         locate = functools.partial(_csv_data_line, src, delimiter)
 
     return _with_policy(frames, infinity, src.path, locate, chunksize is not None)
@@ -77,6 +80,7 @@ def read_table(
     infinity: str = "nan",
     columns: Sequence[str] | None = None,
     chunksize: int | None = None,
+    text_columns: Sequence[str] = (),
 ) -> pd.DataFrame | Iterator[pd.DataFrame]:
     """Read one flow-record file into a DataFrame.
 
@@ -107,6 +111,11 @@ def read_table(
         chunk is returned); Zeek TSV, Parquet and Arrow stream in one pass with bounded
         memory (a malformed Zeek line raises when the stream reaches it); JSON is read
         whole and then cut.
+    text_columns : sequence of str, default=()
+        Columns read as text as written, never typed as numbers (names not in the file
+        are ignored): identifiers such as a gateway column, where ``1``, ``01`` and
+        ``1.0`` are three gateways. Applies to CSV/TSV and JSON, whose values carry no
+        type; Zeek, Parquet and Arrow columns keep the type their file declares.
 
     Returns
     -------
@@ -124,7 +133,7 @@ def read_table(
         ``#fields`` length mismatch; truncated Parquet; unknown column; infinite value
         under ``infinity="error"``. The message is one line.
     """
-    it = _iter_table(path, format, delimiter, infinity, columns, chunksize)
+    it = _iter_table(path, format, delimiter, infinity, columns, chunksize, text_columns)
     if chunksize is None:
         return next(it)
     return it

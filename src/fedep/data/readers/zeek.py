@@ -257,7 +257,7 @@ def _flatten_lists(table: pa.Table) -> pa.Table:
     return table
 
 
-def _read_json(src: _Source, head: bytes, zeek: bool, columns) -> pd.DataFrame:
+def _read_json(src: _Source, head: bytes, zeek: bool, columns, text_columns=()) -> pd.DataFrame:
     import pyarrow.json as pajson
 
     text = head[len(_BOM) :] if head.startswith(_BOM) else head
@@ -265,7 +265,11 @@ def _read_json(src: _Source, head: bytes, zeek: bool, columns) -> pd.DataFrame:
         with src.errors():
             fh = src.open()
             try:
-                df = pd.read_json(io.BytesIO(fh.read()), orient="records", dtype=True)
+                # pandas would type "01" as the number 1: an identifier column stays text
+                dtype = dict.fromkeys(text_columns, str) if text_columns else True
+                df = pd.read_json(
+                    io.BytesIO(fh.read()), orient="records", dtype=dtype, precise_float=True
+                )
             except ValueError as exc:
                 raise ReadError(src.path, f"invalid JSON ({exc})") from None
             finally:
