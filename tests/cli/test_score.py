@@ -229,3 +229,31 @@ def test_score_reads_as_a_table_what_it_cannot_stream(tmp_path, capsys, kind):
         assert "read as a table instead of streamed" in err
     scored = pd.read_csv(out)
     assert len(scored) == 60 and scored["anomaly_score"].notna().all()
+
+
+@pytest.mark.parametrize("infinity", ["nan", "clip"])
+@pytest.mark.parametrize("chunksize", ["7", "1000"])
+def test_score_copies_an_infinite_value_as_read(tmp_path, infinity, chunksize):
+    # the table path (here Parquet) copies each record as the file has it: the
+    # infinity policy changes what the features see, not the output's copy
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(40, 3)), columns=["a", "b", "c"])
+    train, model = tmp_path / "train.parquet", tmp_path / "m.fedep"
+    df.to_parquet(train, index=False)
+    argv = ["fit", "--train", str(train), "--n-rounds", "2", "--quiet", "--out", str(model)]
+    assert main(argv) == 0
+    test = df.copy()
+    test.loc[3, "a"], test.loc[5, "b"] = np.inf, -np.inf
+    inp, out = tmp_path / "test.parquet", tmp_path / "s.csv"
+    test.to_parquet(inp, index=False)
+    argv = ["score", "--model", str(model), "--input", str(inp), "--output", str(out)]
+    assert main([*argv, "--infinity", infinity, "--chunksize", chunksize, "--quiet"]) == 0
+    got = pd.read_csv(out)
+    pd.testing.assert_frame_equal(got[["a", "b", "c"]], test, check_exact=True)
+    fixed = test.copy()
+    if infinity == "nan":
+        fixed.loc[3, "a"], fixed.loc[5, "b"] = np.nan, np.nan
+    else:
+        fixed.loc[3, "a"], fixed.loc[5, "b"] = df["a"].drop(3).max(), df["b"].drop(5).min()
+    want = fedep.load(model).decision_function(fixed)
+    np.testing.assert_allclose(got["anomaly_score"], want, rtol=1e-6)

@@ -276,13 +276,16 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
 
     from fedep.cli.training import numeric_matrix
     from fedep.data import DataError
-    from fedep.data.readers import read_table
+    from fedep.data.readers.table import chunks_with_originals
     from fedep.data.stream import ScoreTailFormatter
 
     tails = ScoreTailFormatter(tails_names, args.top_features)
     pipe = getattr(det, "features_", None)
     n_rows = n_anom = 0
-    for chunk in read_table(src, **read_kwargs(args), chunksize=args.chunksize):
+    # the output copies each record as read (an infinite value stays infinite); the
+    # features see the --infinity policy's value
+    pairs = chunks_with_originals(src, args.chunksize, **read_kwargs(args))
+    for original, chunk in pairs:
         if n_rows == 0:
             cols = [str(c) for c in chunk.columns]
             check_columns(det, cols, src)
@@ -305,7 +308,7 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
             scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "row"
             )
-        out = chunk.assign(**tails.fields(scores, flags, probs, idx, vals))
+        out = original.assign(**tails.fields(scores, flags, probs, idx, vals))
         buf = io.StringIO()
         out.to_csv(buf, header=n_rows == 0, index=False, lineterminator="\n")
         fout.write(buf.getvalue().encode("utf-8"))

@@ -81,10 +81,20 @@ def _finite_bounds(frames: Iterable[pd.DataFrame]) -> dict[str, tuple[float, flo
 
 
 def _with_policy(frames: _Frames, infinity, path, locate, streaming) -> Iterator[pd.DataFrame]:
+    for _, fixed in _policy_pairs(frames, infinity, path, locate, streaming):
+        yield fixed
+
+
+def _policy_pairs(
+    frames: _Frames, infinity, path, locate, streaming
+) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
+    """``(as read, policy applied)`` for each frame; the two share every column that held
+    no infinite value (_apply_infinity replaces a column, never writes into it)."""
     # clip in chunks: a first pass finds each column's finite range over the whole file,
     # so that every chunk is clipped to the same values as a whole-file read
     bounds = _finite_bounds(frames()) if streaming and infinity == "clip" else None
     offset = 0
     for df in frames():
-        yield _apply_infinity(df, infinity, path, locate, offset, bounds)
+        original = df.copy(deep=False)
+        yield original, _apply_infinity(df, infinity, path, locate, offset, bounds)
         offset += len(df)

@@ -13,7 +13,7 @@ from fedep.data.readers.columnar import _feather_reader, _parquet_reader
 from fedep.data.readers.csv import _csv_data_line, _csv_reader
 from fedep.data.readers.detect import _detect, _first_line, _sniff_delimiter
 from fedep.data.readers.frames import _slices
-from fedep.data.readers.infinity import _with_policy
+from fedep.data.readers.infinity import _policy_pairs, _with_policy
 from fedep.data.readers.source import (
     _BOM,
     FORMATS,
@@ -26,6 +26,36 @@ from fedep.data.readers.zeek import _read_json, _zeek_reader
 
 
 def _iter_table(path, format, delimiter, infinity, columns, chunksize, text_columns=()):
+    frames, src_path, locate = _open_frames(
+        path, format, delimiter, infinity, columns, chunksize, text_columns
+    )
+    return _with_policy(frames, infinity, src_path, locate, chunksize is not None)
+
+
+def chunks_with_originals(
+    path: str | os.PathLike,
+    chunksize: int,
+    *,
+    format: str = "auto",
+    delimiter: str | None = None,
+    infinity: str = "nan",
+    text_columns: Sequence[str] = (),
+) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
+    """``(as read, with the infinity policy applied)`` for each chunk of
+    :func:`read_table` ``(path, chunksize=chunksize, ...)``.
+
+    For a command that copies its input to its output (``fedep score``): the copy keeps
+    an infinite value as the file has it, while the features see the policy's value.
+    The two frames share every column that held no infinite value.
+    """
+    frames, src_path, locate = _open_frames(
+        path, format, delimiter, infinity, None, chunksize, text_columns
+    )
+    return _policy_pairs(frames, infinity, src_path, locate, True)
+
+
+def _open_frames(path, format, delimiter, infinity, columns, chunksize, text_columns):
+    """The file's frames before the infinity policy, its path and the row locator."""
     path = Path(path)
     if format not in ("auto", *FORMATS):
         raise ReadError(path, f"unknown format {format!r}; expected 'auto' or one of {FORMATS}")
@@ -65,7 +95,7 @@ def _iter_table(path, format, delimiter, infinity, columns, chunksize, text_colu
         frames = _csv_reader(src, head, delimiter, columns, chunksize, text_columns)
         locate = functools.partial(_csv_data_line, src, delimiter)
 
-    return _with_policy(frames, infinity, src.path, locate, chunksize is not None)
+    return frames, src.path, locate
 
 
 def _by_row(i: int) -> dict[str, int]:
