@@ -342,3 +342,26 @@ def test_normal_scores_scaled_pipeline_end_to_end():
     assert abs(Z[:, j].std() - 1.0) < 0.05 and abs(Z[:, j].mean()) < 1e-9
     with pytest.raises(FeatureError, match="numeric_transform"):
         FeaturePipeline(numeric_transform="rank").fit(df)
+
+
+def test_bytes_columns_are_decoded_or_named():
+    # a binary column (a Parquet BYTE_ARRAY, a database driver's value) is UTF-8 text;
+    # bytes that are not raise one error naming the column and row, never a traceback
+    rng = np.random.default_rng(0)
+    text = pd.DataFrame(
+        {"a": rng.normal(size=60), "proto": np.where(np.arange(60) % 3, "tcp", "udp")}
+    )
+    raw = text.assign(proto=[v.encode() for v in text["proto"]])
+    want = FeaturePipeline().fit(text)
+    got = FeaturePipeline().fit(raw)
+    assert got.get_feature_names_out().tolist() == want.get_feature_names_out().tolist()
+    np.testing.assert_array_equal(got.transform(raw), want.transform(text))
+    bad = raw.copy()
+    bad.loc[41, "proto"] = b"\xff\xfe"
+    with pytest.raises(
+        FeatureError, match=r"column 'proto', row 41: bytes that are not UTF-8"
+    ) as e:
+        FeaturePipeline().fit(bad)
+    assert (e.value.column, e.value.row) == ("proto", 41)
+    with pytest.raises(FeatureError, match="row 41"):
+        want.transform(bad)

@@ -83,7 +83,36 @@ def _as_frame(X) -> pd.DataFrame:
         raise FeatureError(f"duplicate column names: {', '.join(map(repr, dup))}")
     if names != list(df.columns):
         df = df.set_axis(names, axis=1)
-    return df
+    decoded = {}
+    for c in names:
+        if df[c].dtype == object:
+            text = _decoded_bytes(df[c], c)
+            if text is not None:
+                decoded[c] = text
+    return df.assign(**decoded) if decoded else df
+
+
+def _decoded_bytes(s: pd.Series, column: str) -> pd.Series | None:
+    """An object column holding ``bytes`` (a binary Parquet column, a database driver's
+    value) with its bytes decoded as UTF-8 text, or None when it holds none; bytes that
+    are not UTF-8 are an error naming the column and row, not a guess."""
+    values = s.to_numpy(dtype=object)
+    where = [i for i, v in enumerate(values) if isinstance(v, bytes | bytearray)]
+    if not where:
+        return None
+    out = values.copy()
+    for i in where:
+        try:
+            out[i] = bytes(values[i]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise FeatureError(
+                f"column {column!r}, row {s.index[i]!r}: bytes that are not UTF-8 text "
+                f"({bytes(values[i])[:16]!r}); decode the column first",
+                column=column,
+                row=s.index[i],
+                value=repr(bytes(values[i])[:16]),
+            ) from None
+    return pd.Series(out, index=s.index, dtype=object)
 
 
 def _read_numeric(s: pd.Series, d: ColumnDecision) -> np.ndarray:
