@@ -76,7 +76,7 @@ def test_error_malformed_row(files, tmp_path, capsys):
     bad.write_text("\n".join(lines) + "\n")
     assert main(_score_args(files, bad, tmp_path / "o.csv")) == 1
     msg = one_error_line(capsys)
-    assert "line 6" in msg and "expected 9 fields, found 11" in msg
+    assert "line 6" in msg and "wrong number of fields: expected 9, found 11" in msg
 
 
 def test_error_output_column_clash(files, tmp_path, capsys):

@@ -158,7 +158,7 @@ def test_score_error_removes_temporary_file(files, tmp_path, capsys):
     out = tmp_path / "o.csv"
     assert _score(files, out, "--chunksize", "8", inp=bad) == 1
     msg = one_error_line(capsys)
-    assert "line 41" in msg and "expected 9 fields, found 10" in msg
+    assert "line 41" in msg and "wrong number of fields: expected 9, found 10" in msg
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
 
 

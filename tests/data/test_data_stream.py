@@ -92,7 +92,7 @@ def test_ragged_row_names_the_line(tmp_path, chunk, extra, found):
     with pytest.raises(DataError) as exc:
         _read_all(p, chunk=chunk)
     assert exc.value.line == 6
-    assert f"expected 5 fields, found {found}" in str(exc.value)
+    assert f"wrong number of fields: expected 5, found {found}" in str(exc.value)
 
 
 def test_short_row_names_the_line(tmp_path):
@@ -101,7 +101,7 @@ def test_short_row_names_the_line(tmp_path):
     p = _write(tmp_path, lines)
     with pytest.raises(DataError) as exc:
         _read_all(p, chunk=3)
-    assert exc.value.line == 4 and "expected 5 fields, found 3" in str(exc.value)
+    assert exc.value.line == 4 and "wrong number of fields: expected 5, found 3" in str(exc.value)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 100])
@@ -197,7 +197,7 @@ def _reference_lines(path, chunk, n_fields):
                 else:
                     n = ln.count(b",") + 1
                 if n != n_fields:
-                    return ("malformed row", line_no + i)
+                    return ("wrong number of fields", line_no + i)
             if body:
                 out.append((line_no, body))
             line_no += len(lines)

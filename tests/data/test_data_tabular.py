@@ -60,7 +60,13 @@ def _write(tmp_path, content: bytes, name="data.csv"):
 
 # (content, kwargs, expected line, expected column, message fragment)
 BAD = {
-    "too_few_fields": (b"a,b,label\n1,2,0\n3,4\n", {}, 3, None, "expected 3 fields, found 2"),
+    "too_few_fields": (
+        b"a,b,label\n1,2,0\n3,4\n",
+        {},
+        3,
+        None,
+        "wrong number of fields: expected 3, found 2",
+    ),
     "too_many_fields": (b"a,b,label\n1,2,0\n1,2,0\n3,4,1,5\n", {}, 4, None, "found 4"),
     "blank_line_inside": (b"a,b,label\n1,2,0\n\n3,4,1\n", {}, 3, None, "blank line"),
     "non_numeric": (b"a,b,label\n1,2,0\n3,x,1\n5,6,1\n7,8,0\n", {}, 3, "b", "non-numeric"),
@@ -89,7 +95,13 @@ BAD = {
         "site",
         "client",
     ),
-    "unterminated_quote": (b'a,b,label\n1,2,0\n"3,4,1\n5,6,0\n', {}, 3, None, "malformed"),
+    "unterminated_quote": (
+        b'a,b,label\n1,2,0\n"3,4,1\n5,6,0\n',
+        {},
+        3,
+        None,
+        "wrong number of fields",
+    ),
     "crlf_bom_bad_value": (
         b"\xef\xbb\xbfa,b,label\r\n1,2,0\r\n3,4,1\r\n5,?,0\r\n",
         {},

@@ -497,7 +497,7 @@ def _check_field_counts(buf: bytes, starts, ends, expected: int, src: Path, firs
             snippet = text if len(text) <= 60 else text[:57] + "..."
             raise DataError(
                 src,
-                f"malformed row: expected {expected} fields, found {n} ({snippet!r})",
+                f"wrong number of fields: expected {expected}, found {n} ({snippet!r})",
                 line=first_line + i,
             )
 

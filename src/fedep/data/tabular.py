@@ -153,7 +153,7 @@ def _read_csv_strings(path: Path) -> pd.DataFrame:
         snippet = text if len(text) <= 60 else text[:57] + "..."
         raise DataError(
             path,
-            f"malformed row: expected {exp} fields, found {act} ({snippet!r})"
+            f"wrong number of fields: expected {exp}, found {act} ({snippet!r})"
             + (f"; {len(bad_rows) - 1} more malformed rows" if len(bad_rows) > 1 else ""),
             line=line,
         )
