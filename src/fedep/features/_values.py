@@ -76,7 +76,15 @@ def column_family(s: pd.Series) -> str:
 
 
 def numeric_values(s: pd.Series, family: str) -> np.ndarray:
-    """Float64 values of a bool/numeric/datetime column (datetime as epoch seconds), NaN = null."""
+    """Float64 values of a bool/numeric/datetime column (datetime as epoch seconds), NaN = null.
+
+    A float64 column comes back as a view of the series' data (possibly read-only),
+    not a copy: callers must not change it in place.
+    """
+    if family == "numeric" and isinstance(s.dtype, np.dtype) and s.dtype.kind in "fiu":
+        # plain numpy numbers: pd.to_numeric would return them unchanged, and
+        # to_numpy(na_value=...) would copy them
+        return s.to_numpy(dtype=np.float64, copy=False)
     if family == "datetime":
         d = pd.to_datetime(s, errors="coerce", utc=True)
         out = np.full(len(d), np.nan)
