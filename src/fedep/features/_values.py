@@ -94,6 +94,8 @@ def numeric_values(s: pd.Series, family: str) -> np.ndarray:
             out[ok] = ns / 1e9
         return out
     if family == "bool":
+        if s.dtype == np.bool_:  # numpy booleans: no null to map, one cast
+            return s.to_numpy(dtype=np.float64)
         return (
             pd.Series(s, dtype=object)
             .map(lambda v: np.nan if v is None or v is pd.NA or v != v else float(bool(v)))
@@ -135,6 +137,9 @@ def string_view(s: pd.Series, family: str) -> pd.Series:
             out[ok] = keys[inv]
         return pd.Series(out, index=s.index, dtype=object)
     if family == "bool":
+        if s.dtype == np.bool_:  # numpy booleans: no null, two keys
+            keys = np.array(["False", "True"], dtype=object)[s.to_numpy().astype(np.intp)]
+            return pd.Series(keys, index=s.index, dtype=object)
         return pd.Series(s, dtype=object).map(
             lambda v: None if v is None or v is pd.NA or v != v else str(bool(v))
         )
