@@ -21,7 +21,15 @@ What a column summary holds
   that neither parse nor are missing tokens; and a quantile sketch (:class:`LogHistogram`);
 * a category view: the ``4 * max_categories`` most frequent values (as text; numbers in
   canonical form ``80``, ``3.5``) with their counts, ``other_count`` for the rest, a
-  K-minimum-values distinct-count sketch (:class:`KMV`, exact up to 256 distinct values);
+  K-minimum-values distinct-count sketch (:class:`KMV`, exact up to 256 distinct values).
+  The sketch counts keys by their canonical text, but hashes a number from its value
+  (:func:`number_hashes`), and a text key that is the canonical text of a number as
+  that number (:func:`key_hashes`): ``80`` read as a number on one gateway and ``"80"``
+  read as text on another are one value, ``"80.0"`` is another, as before, and a
+  numeric column is sketched without writing its values as text. Date-times count as
+  their epoch seconds. The values of a numeric column are only counted and written as
+  text when its top list may leave the gateway (few distinct values, or a column
+  forced categorical);
 * pattern counts over text values: IP/MAC addresses, uid-like tokens (UUIDs, Zeek uids,
   hex digests), ISO / ``dd/mm/yyyy`` timestamps, text booleans.
 
@@ -440,15 +448,23 @@ def key_hashes(keys: Sequence[str], parsed: np.ndarray | None = None) -> np.ndar
     same = np.asarray(canonical_keys(x), dtype=object) == k[idx]
     # pandas parses canonical texts exactly (tests check it); should it ever be an ulp
     # off, Python's correctly rounded float() decides the keys that did not match
-    for j in np.flatnonzero(~same).tolist():
-        try:
-            xj = float(k[idx[j]])
-        except (TypeError, ValueError):
-            continue
-        if xj == xj and canonical_keys([xj])[0] == k[idx[j]]:
-            x[j], same[j] = xj, True
+    # (other spellings of numbers: "80.0", "0.50", " 80")
+    retry = np.flatnonzero(~same)
+    if retry.size:
+        again = np.array([_python_float(t) for t in k[idx[retry]].tolist()])
+        ok = ~np.isnan(again)
+        ok[ok] = np.asarray(canonical_keys(again[ok]), dtype=object) == k[idx[retry[ok]]]
+        x[retry[ok]], same[retry[ok]] = again[ok], True
     h[idx[same]] = number_hashes(x[same])
     return h
+
+
+def _python_float(text: object) -> float:
+    """``float(text)``, NaN when it does not parse."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _smallest_distinct(h: np.ndarray, k: int) -> np.ndarray:
