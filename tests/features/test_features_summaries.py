@@ -215,3 +215,171 @@ def test_cdf_knots_are_the_empirical_distribution_at_bin_edges():
             assert ci == int((v < xi).sum()), xi
     assert c[x == 0][0] == 300 + 100  # mid-rank of the zero atom
     assert LogHistogram(32).cdf_knots()[0].size == 0
+
+
+# ------------------------------------------------- distinct values without text keys
+def _pool(rng: np.random.Generator, size: int) -> np.ndarray:
+    """``size`` floats mixing every kind of key: integral, decimal, huge, tiny, signed
+    zeros, infinities (distinct as keys except for -0.0 / 0.0)."""
+    special = np.array(
+        [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 2.0**53, 2.0**53 + 2, 1e16, 5e-324, 1e-13, 0.1]
+    )
+    mixed = np.concatenate(
+        [
+            rng.integers(-1000, 100_000, size).astype(float),
+            np.round(rng.exponential(50.0, size), 2),
+            # up to 1e150: moments of huge values are test_features_overflow's
+            rng.standard_normal(size) * 10.0 ** rng.integers(-20, 150, size),
+        ]
+    )
+    return np.concatenate([special[: max(1, size // 4)], rng.choice(mixed, size)])[:size]
+
+
+def test_number_and_text_keys_share_an_identity_across_gateways():
+    from fedep.features._values import canonical_keys
+    from fedep.features.summaries import key_hashes, number_hashes
+
+    numbers = np.array([80.0, 1.5, -0.0, np.inf, 3.0, -np.inf, 2.0**53, 1e16, 0.1, np.nan])
+    text = ["80", "1.5", "80.0", "-0", "inf", "0", "abc", "-", "nan", " 80", "1e16", "1e+16"]
+    text += ["-inf", "+80", "080", "9007199254740992.0", "0.10", "Infinity", "0.1"]
+    a = summarize_columns(pd.DataFrame({"port_ish": numbers}), categorical=["port_ish"])
+    b = summarize_columns(pd.DataFrame({"port_ish": pd.Series(text, dtype=object)}))
+    assert a["port_ish"].families == ("numeric",) and b["port_ish"].families == ("string",)
+    merged = merge_summaries([a, b])["port_ish"]
+    # brute force: the identity of a key is its text, numbers written canonically
+    keys = set(canonical_keys(numbers[~np.isnan(numbers)])) | set(text)
+    assert "0" in keys and "-0" in keys and "80.0" in keys  # distinct keys
+    assert merged.distinct.estimate() == len(keys) == 20
+    assert merged.n_distinct == len(keys)
+    # the same values typed as text on both sides count the same
+    assert merge_summaries([b, b])["port_ish"].n_distinct == len(set(text))
+    # canonical text hashes as its number; other spellings of a number hash as text
+    h = key_hashes(["80", "inf", "-inf", "0", "1e+16", "9007199254740992.0", "0.1"])
+    nh = number_hashes(np.array([80.0, np.inf, -np.inf, -0.0, 1e16, 2.0**53, 0.1]))
+    assert h.tolist() == nh.tolist()
+    odd = ["80.0", "-0", " 80", "+80", "080", "1e16", "Infinity", "0.10", "nan", "abc"]
+    assert key_hashes(odd).tolist() == pd.util.hash_array(np.array(odd, dtype=object)).tolist()
+    assert len(set(key_hashes(odd).tolist()) | set(nh.tolist())) == len(odd) + len(nh)
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=st.lists(st.floats(allow_nan=False, width=64), min_size=1, max_size=50))
+def test_canonical_text_of_any_float_hashes_as_the_float(x):
+    from fedep.features._values import canonical_keys
+    from fedep.features.summaries import key_hashes, number_hashes
+
+    v = np.array(x, dtype=float)
+    assert key_hashes(canonical_keys(v)).tolist() == number_hashes(v).tolist()
+    assert KMV.of(canonical_keys(v)) == KMV.of_numbers(v)
+    assert KMV.of_numbers(v).estimate() == len(set(canonical_keys(v)))
+
+
+def _reference_numeric_summary(name: str, s: pd.Series, keep: int, forced: bool):
+    """The summary of a numeric column as first written: every row keyed as text
+    (``string_view``), the keys counted, the sketch binned one value at a time."""
+    from collections import Counter
+
+    from fedep.features._values import string_view
+    from fedep.features.summaries import ColumnSummary, _withhold_values
+
+    vc = string_view(s, "numeric").value_counts(dropna=True, sort=False)
+    uniq, cnt = [str(u) for u in vc.index], vc.to_numpy(dtype=np.int64)
+    cs = ColumnSummary(name=name, families=("numeric",), n_rows=len(s))
+    cs.sketch = LogHistogram(32)
+    cs.n_null = len(s) - int(cnt.sum())
+    vals = pd.to_numeric(pd.Series(s, dtype=object)).to_numpy(dtype=float)
+    vals = vals[~np.isnan(vals)]
+    fin = vals[np.isfinite(vals)]
+    cs.n_posinf, cs.n_neginf = int((vals == np.inf).sum()), int((vals == -np.inf).sum())
+    cs.n_num = len(fin)
+    if len(fin):
+        cs.mean = float(np.mean(fin))
+        cs.m2 = float(((fin - cs.mean) ** 2).sum())
+        cs.min, cs.max = float(fin.min()), float(fin.max())
+        cs.n_zero, cs.n_one = int((fin == 0).sum()), int((fin == 1).sum())
+        cs.n_nonneg = int((fin >= 0).sum())
+        bins = {1: Counter(), -1: Counter()}
+        for x in fin.tolist():
+            if abs(x) < 1e-12:
+                cs.sketch.zero += 1
+            else:
+                bins[1 if x > 0 else -1][int(np.floor(np.log10(abs(x)) * 32))] += 1
+        cs.sketch.pos, cs.sketch.neg = dict(bins[1]), dict(bins[-1])
+    order = sorted(range(len(uniq)), key=lambda i: (-cnt[i], uniq[i]))[:keep]
+    cs.top = {uniq[i]: int(cnt[i]) for i in order}
+    cs.other_count = int(cnt.sum()) - sum(cs.top.values())
+    cs.truncated = len(uniq) > keep
+    cs.distinct = KMV.of(uniq)  # the keys' text, through the identity rule
+    if not forced and _withhold_values(name, cs, "numeric"):
+        cs.other_count, cs.top, cs.truncated = int(cnt.sum()), {}, True
+    return cs, len(uniq)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 3000),
+    n_values=st.sampled_from([1, 3, 40, 255, 256, 300, 399, 401, 2000]),
+    keep=st.sampled_from([3, 256, 400]),
+    forced=st.booleans(),
+    dtype=st.sampled_from(["float64", "float32", "object", "int64"]),
+    null_share=st.sampled_from([0.0, 0.1]),
+    name=st.sampled_from(["x", "src_port"]),
+)
+def test_numeric_summary_equals_the_text_key_reference(
+    seed, n, n_values, keep, forced, dtype, null_share, name
+):
+    from fedep.features.summaries import _summarize_one
+
+    rng = np.random.default_rng(seed)
+    pool = _pool(rng, n_values)
+    if dtype == "int64":
+        pool = np.unique(rng.integers(-(2**62), 2**62, n_values)).astype(float)
+        pool = pool.astype(np.int64).astype(float)  # exactly representable
+    v = rng.choice(pool, n)
+    if n > len(pool):  # every value of the pool at least once: > 256 distinct for real
+        v[: len(pool)] = pool
+    if dtype == "int64":
+        s = pd.Series(v.astype(np.int64))
+    else:
+        v[rng.uniform(size=n) < null_share] = np.nan
+        with np.errstate(over="ignore"):  # float32: beyond 3.4e38 is inf, as it should
+            s = pd.Series(v.astype(dtype) if dtype != "object" else list(v), dtype=dtype)
+        if dtype == "object":
+            s[s.isna()] = None
+    cs = _summarize_one(name, s, keep, 32, forced)
+    ref, n_distinct = _reference_numeric_summary(name, s, keep, forced)
+    assert cs.mean == pytest.approx(ref.mean, rel=1e-9, abs=1e-300)
+    assert cs.m2 == pytest.approx(ref.m2, rel=1e-9, abs=1e-300)
+    got, want = cs.to_dict(), ref.to_dict()
+    for k in ("mean", "m2"):
+        got.pop(k), want.pop(k)
+    assert got == want  # top, counts, sketch, and the sketch's hashes themselves
+    if n_distinct < 256:
+        assert cs.distinct.estimate() == cs.n_distinct == n_distinct
+    if forced:
+        assert len(cs.top) == min(n_distinct, keep)
+
+
+def test_forced_categorical_numeric_column_keeps_its_top_list():
+    rng = np.random.default_rng(5)
+    n = 5000
+    df = pd.DataFrame({"code": np.round(rng.lognormal(3, 1, n), 1), "x": rng.normal(size=n)})
+    free = summarize_columns(df)["code"]
+    assert free.top == {} and free.truncated and free.other_count == n
+    forced = summarize_columns(df, categorical=["code"])["code"]
+    vc = df["code"].value_counts()
+    assert forced.truncated and len(forced.top) == 256
+    assert sum(forced.top.values()) + forced.other_count == n
+    assert forced.top[repr(float(vc.index[0]))] == vc.iloc[0]
+    assert forced.distinct == free.distinct and forced.n_distinct > 256
+    # the withheld list of the free column is what a forced list would have added up to
+    assert free.other_count == forced.other_count + sum(forced.top.values())
+
+
+def test_datetime_distinct_values_hash_as_epoch_seconds():
+    t = pd.Series(pd.date_range("2024-01-01", periods=50, freq="500ms"))
+    cs = summarize_columns(pd.DataFrame({"when": t}))["when"]
+    secs = t.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9
+    assert cs.distinct == KMV.of_numbers(secs) and cs.n_distinct == 50
+    assert cs.n_time == 50 and cs.top == {} and cs.other_count == 50

@@ -76,7 +76,15 @@ def column_family(s: pd.Series) -> str:
 
 
 def numeric_values(s: pd.Series, family: str) -> np.ndarray:
-    """Float64 values of a bool/numeric/datetime column (datetime as epoch seconds), NaN = null."""
+    """Float64 values of a bool/numeric/datetime column (datetime as epoch seconds), NaN = null.
+
+    A float64 column comes back as a view of the series' data (possibly read-only),
+    not a copy: callers must not change it in place.
+    """
+    if family == "numeric" and isinstance(s.dtype, np.dtype) and s.dtype.kind in "fiu":
+        # plain numpy numbers: pd.to_numeric would return them unchanged, and
+        # to_numpy(na_value=...) would copy them
+        return s.to_numpy(dtype=np.float64, copy=False)
     if family == "datetime":
         d = pd.to_datetime(s, errors="coerce", utc=True)
         out = np.full(len(d), np.nan)
@@ -86,6 +94,8 @@ def numeric_values(s: pd.Series, family: str) -> np.ndarray:
             out[ok] = ns / 1e9
         return out
     if family == "bool":
+        if s.dtype == np.bool_:  # numpy booleans: no null to map, one cast
+            return s.to_numpy(dtype=np.float64)
         return (
             pd.Series(s, dtype=object)
             .map(lambda v: np.nan if v is None or v is pd.NA or v != v else float(bool(v)))
@@ -127,6 +137,9 @@ def string_view(s: pd.Series, family: str) -> pd.Series:
             out[ok] = keys[inv]
         return pd.Series(out, index=s.index, dtype=object)
     if family == "bool":
+        if s.dtype == np.bool_:  # numpy booleans: no null, two keys
+            keys = np.array(["False", "True"], dtype=object)[s.to_numpy().astype(np.intp)]
+            return pd.Series(keys, index=s.index, dtype=object)
         return pd.Series(s, dtype=object).map(
             lambda v: None if v is None or v is pd.NA or v != v else str(bool(v))
         )

@@ -21,7 +21,15 @@ What a column summary holds
   that neither parse nor are missing tokens; and a quantile sketch (:class:`LogHistogram`);
 * a category view: the ``4 * max_categories`` most frequent values (as text; numbers in
   canonical form ``80``, ``3.5``) with their counts, ``other_count`` for the rest, a
-  K-minimum-values distinct-count sketch (:class:`KMV`, exact up to 256 distinct values);
+  K-minimum-values distinct-count sketch (:class:`KMV`, exact up to 256 distinct values).
+  The sketch counts keys by their canonical text, but hashes a number from its value
+  (:func:`number_hashes`), and a text key that is the canonical text of a number as
+  that number (:func:`key_hashes`): ``80`` read as a number on one gateway and ``"80"``
+  read as text on another are one value, ``"80.0"`` is another, as before, and a
+  numeric column is sketched without writing its values as text. Date-times count as
+  their epoch seconds. The values of a numeric column are only counted and written as
+  text when its top list may leave the gateway (few distinct values, or a column
+  forced categorical);
 * pattern counts over text values: IP/MAC addresses, uid-like tokens (UUIDs, Zeek uids,
   hex digests), ISO / ``dd/mm/yyyy`` timestamps, text booleans.
 
@@ -62,7 +70,9 @@ __all__ = [
     "ColumnSummaries",
     "ColumnSummary",
     "LogHistogram",
+    "key_hashes",
     "merge_summaries",
+    "number_hashes",
     "summarize_columns",
 ]
 
@@ -93,6 +103,26 @@ _TIME_RE = (
 
 
 # --------------------------------------------------------------------------- sketches
+def _add_counts(target: dict[int, int], keys: np.ndarray, weights: np.ndarray | None) -> None:
+    """Add the (weighted) count of each key in ``keys`` (int64, non-empty) to ``target``.
+
+    One ``bincount`` over the keys' range (a histogram spans a few thousand bins)
+    rather than sorting the values; ``np.unique`` when the range is much wider than
+    the number of values (a huge ``bins_per_decade``).
+    """
+    lo, hi = int(keys.min()), int(keys.max())
+    if hi - lo < 4 * keys.size + 4096:
+        sums = np.bincount(keys - lo, weights=weights)
+        idx = np.flatnonzero(sums)
+        uniq, counts = idx + lo, sums[idx]
+    else:
+        uniq, inv = np.unique(keys, return_inverse=True)
+        counts = np.bincount(inv, weights=weights)
+    # float bincount sums of int64 weights are exact below 2**53 rows
+    for kk, cc in zip(uniq.tolist(), counts.astype(np.int64).tolist(), strict=True):
+        target[kk] = target.get(kk, 0) + cc
+
+
 @dataclass
 class LogHistogram:
     """Mergeable quantile sketch: a fixed log-spaced histogram of ``|x|``, by sign.
@@ -140,21 +170,29 @@ class LogHistogram:
         ----------
         values : ndarray of shape (n,), finite floats
         weights : ndarray of shape (n,), int, optional
+            Counts of the values; all 1 when omitted.
         """
         v = np.asarray(values, dtype=float)
-        w = np.ones(len(v), dtype=np.int64) if weights is None else np.asarray(weights, np.int64)
-        a = np.abs(v)
+        w = None if weights is None else np.asarray(weights, np.int64)
+        a = np.abs(v)  # a fresh array: worked on in place below
         small = a < SKETCH_ZERO
-        self.zero += int(w[small].sum())
-        with np.errstate(divide="ignore"):
-            k = np.floor(np.log10(np.where(small, 1.0, a)) * self.bins_per_decade)
-        k = k.astype(np.int64)
-        for mask, target in ((~small & (v > 0), self.pos), (~small & (v < 0), self.neg)):
+        any_small = bool(small.any())
+        if any_small:
+            self.zero += int(np.count_nonzero(small) if w is None else w[small].sum())
+            a[small] = 1.0  # log10 -> 0; these values are not binned
+        # k = floor(log10(|x|) * B), computed in place (one array, not four)
+        np.log10(a, out=a)
+        a *= self.bins_per_decade
+        np.floor(a, out=a)
+        k = a.astype(np.int64)
+        neg = v < 0
+        if not any_small and not neg.any():  # the usual count / size / rate column
+            if k.size:
+                _add_counts(self.pos, k, w)
+            return self
+        for mask, target in ((~small & ~neg, self.pos), (~small & neg, self.neg)):
             if mask.any():
-                keys, inv = np.unique(k[mask], return_inverse=True)
-                sums = np.bincount(inv, weights=w[mask]).astype(np.int64)
-                for kk, cc in zip(keys.tolist(), sums.tolist(), strict=True):
-                    target[kk] = target.get(kk, 0) + cc
+                _add_counts(target, k[mask], None if w is None else w[mask])
         return self
 
     def merge(self, other: LogHistogram) -> LogHistogram:
@@ -287,14 +325,21 @@ class LogHistogram:
 
 @dataclass
 class KMV:
-    """K-minimum-values distinct-count sketch over 64-bit hashes of category text.
+    """K-minimum-values distinct-count sketch over 64-bit hashes of category keys.
 
-    Keeps the ``k`` smallest distinct hashes (``pandas.util.hash_array``, a fixed-key
-    SipHash, so equal text hashes equally on every gateway). Merge = union, keep the
-    ``k`` smallest: exact and associative. :meth:`estimate` is exact while fewer than
-    ``k`` distinct values were seen (up to hash collisions, ~n^2 / 2^65), else
-    ``(k - 1) / (h_k / 2^64)`` with relative standard error about ``1 / sqrt(k - 2)``
-    (6 % for ``k = 256``).
+    Keeps the ``k`` smallest distinct hashes (see :func:`key_hashes`: equal keys hash
+    equally on every gateway, whether the gateway read the column as numbers or as
+    text). Merge = union, keep the ``k`` smallest: exact and associative.
+    :meth:`estimate` is exact while fewer than ``k`` distinct values were seen (up to
+    hash collisions, ~n^2 / 2^65), else ``(k - 1) / (h_k / 2^64)`` with relative
+    standard error about ``1 / sqrt(k - 2)`` (6 % for ``k = 256``).
+
+    A key's identity is its canonical text (:func:`fedep.features._values.
+    canonical_keys`: ``80``, ``1.5``), but numbers are hashed from their value, never
+    from that text: a numeric column of millions of distinct values is sketched
+    without writing one string. A text key hashes as the number ``x`` exactly when it
+    is the canonical text of ``x`` (``"80"`` and ``80.0`` are one value; ``"80.0"``,
+    ``"-0"``, ``" 80"`` are other values, as their texts differ from ``"80"``).
     """
 
     k: int = KMV_SIZE
@@ -302,18 +347,18 @@ class KMV:
 
     @classmethod
     def of(cls, keys: Sequence[str], k: int = KMV_SIZE) -> KMV:
-        """Sketch of a collection of text keys."""
-        if len(keys) == 0:
-            return cls(k, [])
-        # categorize=False: the same hashes, without first factorising (the callers
-        # pass distinct keys)
-        h = pd.util.hash_array(np.asarray(keys, dtype=object), categorize=False)
-        if h.size > k:
-            small = np.unique(np.partition(h, k - 1)[:k])  # the k smallest, if distinct
-            h = small if small.size == k else np.unique(h)[:k]
-        else:
-            h = np.unique(h)
-        return cls(k, [int(x) for x in h.tolist()])
+        """Sketch of a collection of text keys (see :func:`key_hashes`)."""
+        return cls.of_hashes(key_hashes(keys), k)
+
+    @classmethod
+    def of_numbers(cls, values: np.ndarray, k: int = KMV_SIZE) -> KMV:
+        """Sketch of numbers (no NaN), one key per value (see :func:`number_hashes`)."""
+        return cls.of_hashes(number_hashes(values), k)
+
+    @classmethod
+    def of_hashes(cls, hashes: np.ndarray, k: int = KMV_SIZE) -> KMV:
+        """Sketch of keys given by their hashes (uint64; repeats allowed)."""
+        return cls(k, [int(x) for x in _smallest_distinct(np.asarray(hashes, np.uint64), k)])
 
     def merge(self, other: KMV) -> KMV:
         """Exact merge (a new sketch)."""
@@ -330,6 +375,116 @@ class KMV:
         if not self.saturated:
             return float(len(self.hashes))
         return (self.k - 1) / ((self.hashes[-1] + 1) / 2.0**64)
+
+
+# splitmix64's increment and finaliser (Steele, Lea & Flood 2014): a bijection of 64-bit
+# words whose outputs look uniform, so distinct numbers never collide
+_SPLITMIX_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_SPLITMIX_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_SPLITMIX_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def number_hashes(values: np.ndarray) -> np.ndarray:
+    """64-bit hashes of numbers as category keys: equal values, equal hashes.
+
+    The hash of ``x`` is splitmix64 of the bits of ``float64(x)``, ``-0.0`` taken as
+    ``0.0`` (both are the key ``0``). Distinct values get distinct hashes (the mix is a
+    bijection); the same value hashes the same on every machine (no seed, no pandas
+    internals).
+
+    Parameters
+    ----------
+    values : ndarray of shape (n,), float, without NaN
+
+    Returns
+    -------
+    ndarray of shape (n,), uint64
+    """
+    # + 0.0 maps -0.0 to 0.0, and gives a fresh array to mix in place
+    z = (np.asarray(values, dtype=np.float64) + 0.0).view(np.uint64)
+    z += _SPLITMIX_GAMMA  # uint64 arithmetic wraps around (mod 2**64), without warning
+    z ^= z >> np.uint64(30)
+    z *= _SPLITMIX_M1
+    z ^= z >> np.uint64(27)
+    z *= _SPLITMIX_M2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def key_hashes(keys: Sequence[str], parsed: np.ndarray | None = None) -> np.ndarray:
+    """64-bit hashes of text category keys, canonical numbers hashed as numbers.
+
+    A key that is the canonical text of a number ``x`` (``canonical_keys([x])[0]``,
+    ``x = float(key)``) gets :func:`number_hashes` of ``x``, so ``"80"`` on a gateway
+    that read the column as text and ``80`` on one that read numbers are one value.
+    Any other text gets ``pandas.util.hash_array`` (a fixed-key SipHash of its UTF-8
+    bytes, the same on every gateway).
+
+    Parameters
+    ----------
+    keys : sequence of str, length n
+    parsed : ndarray of shape (n,), float, optional
+        The keys parsed as numbers (NaN where they do not parse), if the caller has
+        them; parsing ``key.strip().lower()`` instead of ``key`` gives the same hashes
+        (a canonical text is already stripped and lower case).
+
+    Returns
+    -------
+    ndarray of shape (n,), uint64
+    """
+    k = np.asarray(keys, dtype=object)
+    if k.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    # categorize=False: the same hashes, without first factorising (keys are distinct
+    # in every caller)
+    h = pd.util.hash_array(k, categorize=False)
+    if parsed is None:
+        parsed = pd.to_numeric(pd.Series(k, dtype=object), errors="coerce")
+        parsed = parsed.to_numpy(dtype=float, na_value=np.nan)
+    idx = np.flatnonzero(~np.isnan(parsed))
+    if idx.size == 0:
+        return h
+    x = np.asarray(parsed, dtype=float)[idx]
+    same = np.asarray(canonical_keys(x), dtype=object) == k[idx]
+    # pandas parses canonical texts exactly (tests check it); should it ever be an ulp
+    # off, Python's correctly rounded float() decides the keys that did not match
+    # (other spellings of numbers: "80.0", "0.50", " 80")
+    retry = np.flatnonzero(~same)
+    if retry.size:
+        again = np.array([_python_float(t) for t in k[idx[retry]].tolist()])
+        ok = ~np.isnan(again)
+        ok[ok] = np.asarray(canonical_keys(again[ok]), dtype=object) == k[idx[retry[ok]]]
+        x[retry[ok]], same[retry[ok]] = again[ok], True
+    h[idx[same]] = number_hashes(x[same])
+    return h
+
+
+def _python_float(text: object) -> float:
+    """``float(text)``, NaN when it does not parse."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _smallest_distinct(h: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` smallest distinct values of ``h`` (all when fewer), sorted.
+
+    Without sorting all of ``h``: hashes are uniform on ``[0, 2**64)``, so the ``k``
+    smallest of ``n`` lie below about ``2**64 * k / n``; the values below ``8 k / n`` of
+    the range (one comparison pass, ~``8 k`` of them) hold ``k`` distinct values unless
+    values repeat heavily, and every hash left out is larger than all of them. Else a
+    hash-based ``pandas.unique`` (no sort of ``n`` values either).
+    """
+    n = h.size
+    if n <= 8 * k:
+        return np.unique(h)[:k]
+    cut = np.uint64(min(2.0**64 * (8 * k / n), 2.0**63))
+    small = np.unique(h[h < cut])
+    if small.size >= k:
+        return small[:k]
+    u = pd.unique(h)
+    return np.sort(u if u.size <= k else np.partition(u, k - 1)[:k])
 
 
 # --------------------------------------------------------------------------- summaries
@@ -561,11 +716,12 @@ class ColumnSummaries:
 
 
 # --------------------------------------------------------------------------- summarise
-def _weighted_count(mask: np.ndarray, counts: np.ndarray) -> int:
-    return int(counts[mask].sum())
+def _weighted_count(mask: np.ndarray, counts: np.ndarray | None) -> int:
+    """Rows under ``mask``: the sum of their ``counts``, or how many when ``counts`` is None."""
+    return int(np.count_nonzero(mask) if counts is None else counts[mask].sum())
 
 
-def _weighted_moments(v: np.ndarray, c: np.ndarray, n: int) -> tuple[float, float]:
+def _weighted_moments(v: np.ndarray, c: np.ndarray | None, n: int) -> tuple[float, float]:
     """Mean and sum of squared deviations of finite values ``v`` with counts ``c``.
 
     Values beyond about 1e154 overflow the sum or the squares in float64 (with a
@@ -574,14 +730,16 @@ def _weighted_moments(v: np.ndarray, c: np.ndarray, n: int) -> tuple[float, floa
     finite (it lies within ``[min, max]``), and ``m2`` is ``inf`` only when the true
     value exceeds the largest float64 -- which the decisions read as "float64 moments
     overflow" (:func:`fedep.features.decide_columns`). Other columns keep the direct
-    formulas, bit for bit.
+    formulas.
 
     Parameters
     ----------
     v : ndarray of shape (k,), finite floats
-    c : ndarray of shape (k,), int
+    c : ndarray of shape (k,), int, or None
+        Counts of the values; None when every value counts once (no weight array, and
+        one product per value less).
     n : int
-        ``c.sum()``, positive.
+        ``c.sum()`` (``len(v)`` when ``c`` is None), positive.
 
     Returns
     -------
@@ -589,30 +747,48 @@ def _weighted_moments(v: np.ndarray, c: np.ndarray, n: int) -> tuple[float, floa
     m2 : float
         Non-negative, possibly ``inf``.
     """
+
+    def mean_of(x: np.ndarray) -> float:
+        return float((x.sum() if c is None else np.dot(x, c)) / n)
+
+    def m2_about(x: np.ndarray, mu: float) -> float:
+        d = x - mu
+        d *= d
+        # unweighted: numpy's pairwise sum (a BLAS dot of a fresh array is slower here)
+        return float(d.sum() if c is None else np.dot(d, c))
+
     with np.errstate(over="ignore", invalid="ignore"):
-        mean = float(np.dot(v, c) / n)
-        m2 = float(np.dot((v - mean) ** 2, c))
+        mean = mean_of(v)
+        m2 = m2_about(v, mean)
     if math.isfinite(mean) and math.isfinite(m2):
         return mean, m2
     # 2**(e-1) with |v| < 2**e: |u| < 2, and 2**(e-1) itself never overflows
     s = math.ldexp(1.0, math.frexp(float(np.max(np.abs(v))))[1] - 1)
     u = v / s
-    mu = float(np.dot(u, c) / n)  # |mu| < 2
+    mu = mean_of(u)  # |mu| < 2
     # One correction pass: at this scale the mean's round-off alone, squared and
     # scaled back, would overflow (a constant 1e307 column would get m2 = inf).
-    mu += float(np.dot(u - mu, c) / n)
-    m2u = float(np.dot((u - mu) ** 2, c))  # <= 16 n
+    mu += mean_of(u - mu)
+    m2u = m2_about(u, mu)  # <= 16 n
     # Python floats: an overflowing product is inf, no warning
     return mu * s, m2u * s * s
 
 
-def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray) -> None:
-    """Fill the numeric view from values ``vals`` (NaN excluded by caller) with counts ``w``."""
+def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray | None = None) -> None:
+    """Fill the numeric view from values ``vals`` (NaN excluded by caller) with counts ``w``.
+
+    ``w`` None: every value counts once (a numeric column's rows, not its distinct
+    values), with no weight array to build or multiply by.
+    """
     fin = np.isfinite(vals)
-    cs.n_posinf = _weighted_count(vals == np.inf, w)
-    cs.n_neginf = _weighted_count(vals == -np.inf, w)
-    v, c = vals[fin], w[fin]
-    n = int(c.sum())
+    if fin.all():  # the usual case: no inf, no copy
+        cs.n_posinf = cs.n_neginf = 0
+        v, c = vals, w
+    else:
+        cs.n_posinf = _weighted_count(vals == np.inf, w)
+        cs.n_neginf = _weighted_count(vals == -np.inf, w)
+        v, c = vals[fin], None if w is None else w[fin]
+    n = len(v) if c is None else int(c.sum())
     cs.n_num = n
     if n == 0:
         return
@@ -642,6 +818,52 @@ def _top_keys(uniq: np.ndarray, cnt: np.ndarray, keep: int) -> list[int]:
     return sorted(candidates, key=lambda i: (-cnt[i], uniq[i]))[:keep]
 
 
+def _category_view(cs: ColumnSummary, uniq: np.ndarray, cnt: np.ndarray, keep: int) -> None:
+    """Top list, ``other_count`` and ``truncated`` from distinct keys and their counts."""
+    kept = _top_keys(uniq, cnt, keep)
+    cs.top = {str(uniq[i]): int(cnt[i]) for i in kept}
+    cs.other_count = int(cnt.sum()) - sum(cs.top.values())
+    cs.truncated = len(uniq) > keep
+
+
+def _summarize_numeric(
+    name: str, s: pd.Series, cs: ColumnSummary, keep: int, forced: bool
+) -> ColumnSummary:
+    """Numeric family: numbers counted by value, keyed as text only when listed.
+
+    A number's key (:func:`~fedep.features._values.canonical_keys`) is a function of its
+    value, one to one, and never a missing token. The distinct-count sketch hashes the
+    values themselves (:func:`number_hashes`); the values are counted and their keys
+    written only when the top list can be sent -- a column with more distinct values
+    than the list keeps is withheld (:func:`_withhold_values`) unless forced
+    categorical, and its millions of distinct values are then never sorted or keyed.
+    """
+    vals = numeric_values(s, "numeric")
+    nan = np.isnan(vals)
+    if nan.any():
+        vals = vals[~nan]
+    cs.n_null = len(s) - len(vals)
+    cs.n_token = 0
+    _numeric_view(cs, vals)
+    cs.distinct = KMV.of_numbers(vals)
+    # The list would hold min(distinct, keep) keys: exactly known below the sketch's k,
+    # else at most keep. Withheld with the longest list possible -> withheld with the
+    # true one (the rules only get stricter as the list shrinks): skip the counting.
+    n_top = keep if cs.distinct.saturated else min(len(cs.distinct.hashes), keep)
+    if not forced and _withhold_values(name, cs, "numeric", n_top):
+        cs.top, cs.other_count, cs.truncated = {}, len(vals), True
+        return cs
+    # -0.0 -> 0.0 (one key, "0"); pandas counts by hashing, no sort of every value
+    vc = pd.Series(vals + 0.0, copy=False).value_counts(sort=False)
+    uniq = np.asarray(canonical_keys(vc.index.to_numpy(dtype=float)), dtype=object)
+    _category_view(cs, uniq, vc.to_numpy(dtype=np.int64), keep)
+    if not forced and _withhold_values(name, cs, "numeric"):
+        cs.other_count += sum(cs.top.values())
+        cs.top = {}
+        cs.truncated = True
+    return cs
+
+
 def _summarize_one(
     name: str, s: pd.Series, keep: int, sketch_size: int, forced: bool = False
 ) -> ColumnSummary:
@@ -651,41 +873,30 @@ def _summarize_one(
     if fam == "datetime":
         vals = numeric_values(s, fam)
         ok = ~np.isnan(vals)
-        cs.n_null = int((~ok).sum())
-        _numeric_view(cs, vals[ok], np.ones(int(ok.sum()), dtype=np.int64))
-        cs.other_count = int(ok.sum())
-        cs.truncated = bool(ok.any())
-        cs.distinct = KMV.of(np.unique(vals[ok]).astype(str).tolist())
-        cs.n_time = int(ok.sum())
+        vals = vals[ok]
+        cs.n_null = len(s) - len(vals)
+        _numeric_view(cs, vals)
+        cs.other_count = len(vals)
+        cs.truncated = len(vals) > 0
+        # a date-time's key is its epoch seconds, hashed as the number
+        cs.distinct = KMV.of_numbers(vals)
+        cs.n_time = len(vals)
         return cs
     if fam == "numeric":
-        # A number's key (canonical_keys) is a function of its value, one to one, and
-        # never a missing token: count the distinct values, then key only those (not
-        # every row, as string_view would).
-        vals = numeric_values(s, fam)
-        vals = vals[~np.isnan(vals)]
-        cs.n_null = len(s) - len(vals)
-        distinct_vals, cnt = np.unique(vals, return_counts=True)
-        uniq = np.asarray(canonical_keys(distinct_vals), dtype=object)
-        cnt = cnt.astype(np.int64)
-        cs.n_token = 0
-        _numeric_view(cs, vals, np.ones(len(vals), dtype=np.int64))
-    else:
-        keys = string_view(s, fam)
-        vc = keys.value_counts(dropna=True, sort=False)
-        cs.n_null = len(s) - int(vc.sum())
-        uniq = np.asarray(vc.index.to_numpy(dtype=object), dtype=object)
-        cnt = vc.to_numpy(dtype=np.int64)
-        low = np.asarray([u.strip().lower() for u in uniq], dtype=object)
-        token = np.isin(low, list(MISSING_TOKENS)) if len(low) else np.zeros(0, bool)
-        cs.n_token = _weighted_count(token, cnt)
+        return _summarize_numeric(name, s, cs, keep, forced)
+    keys = string_view(s, fam)
+    vc = keys.value_counts(dropna=True, sort=False)
+    cs.n_null = len(s) - int(vc.sum())
+    uniq = np.asarray(vc.index.to_numpy(dtype=object), dtype=object)
+    cnt = vc.to_numpy(dtype=np.int64)
+    low = np.asarray([u.strip().lower() for u in uniq], dtype=object)
+    token = np.isin(low, list(MISSING_TOKENS)) if len(low) else np.zeros(0, bool)
+    cs.n_token = _weighted_count(token, cnt)
+    parsed = None
     # numeric view
-    if fam == "numeric":
-        pass
-    elif fam == "bool":
+    if fam == "bool":
         vals = numeric_values(s, fam)
-        vals = vals[~np.isnan(vals)]
-        _numeric_view(cs, vals, np.ones(len(vals), dtype=np.int64))
+        _numeric_view(cs, vals[~np.isnan(vals)])
     else:
         parsed = pd.to_numeric(pd.Series(low, dtype=object), errors="coerce").to_numpy(float)
         ok = ~np.isnan(parsed) & ~token
@@ -698,11 +909,10 @@ def _summarize_one(
         cs.n_time = _weighted_count(us.str.fullmatch(_TIME_RE).to_numpy(bool), cnt)
         cs.n_bool_token = _weighted_count(np.isin(low, list(BOOL_TRUE | BOOL_FALSE)), cnt)
     # category view
-    kept = _top_keys(uniq, cnt, keep)
-    cs.top = {str(uniq[i]): int(cnt[i]) for i in kept}
-    cs.other_count = int(cnt.sum()) - sum(cs.top.values())
-    cs.truncated = len(uniq) > keep
-    cs.distinct = KMV.of(uniq)  # every key is already a str
+    _category_view(cs, uniq, cnt, keep)
+    # every key is already a str; the keys parsed from their stripped, lower-case text
+    # (``parsed``) decide which are canonical numbers
+    cs.distinct = KMV.of_hashes(key_hashes(uniq, parsed))
     if not forced and _withhold_values(name, cs, fam):
         # What leaves the gateway must not list its addresses, uids, timestamps or
         # other identifying values: the counts and flags above decide such a column.
@@ -712,7 +922,7 @@ def _summarize_one(
     return cs
 
 
-def _withhold_values(name: str, cs: ColumnSummary, fam: str) -> bool:
+def _withhold_values(name: str, cs: ColumnSummary, fam: str, n_top: int | None = None) -> bool:
     """Whether a column's top values stay on the gateway (identifying or not needed).
 
     Withheld: columns named like addresses, identifiers, ports, timestamps or labels;
@@ -721,6 +931,9 @@ def _withhold_values(name: str, cs: ColumnSummary, fam: str) -> bool:
     distinct values than a vocabulary would keep (their decision needs only the
     moments and the sketch). Low-cardinality codes and categories are sent, since a
     one-hot vocabulary is made of them.
+
+    ``n_top``: the length of the top list (default ``len(cs.top)``), for a caller that
+    decides before building the list.
     """
     from fedep.features.decide import name_hint  # decide imports this module
 
@@ -732,7 +945,7 @@ def _withhold_values(name: str, cs: ColumnSummary, fam: str) -> bool:
     distinct = cs.n_distinct
     if cs.n_nonnull >= 20 and distinct >= 0.5 * cs.n_nonnull:
         return True
-    return fam in ("numeric", "bool") and distinct > len(cs.top)
+    return fam in ("numeric", "bool") and distinct > (len(cs.top) if n_top is None else n_top)
 
 
 def summarize_columns(
