@@ -4,6 +4,8 @@ from itertools import combinations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedep.core.trimming import (
     ScoreCounts,
@@ -44,6 +46,42 @@ def test_order_statistic_from_counts_is_exact(seed):
         t = order_statistic(c.le, k, c.lo, c.hi)
         assert np.count_nonzero(allv <= t) == k
         assert allv[k - 1] <= t < (allv[k] if k < allv.size else np.inf)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.sampled_from([0.0, 1.0, 1.5, -2.0]),
+            # (a gap of 1e-87 needs ~290 halvings: more than max_queries allows)
+            st.floats(-1e6, 1e6).filter(lambda x: x == 0 or abs(x) > 1e-6),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    n_candidates=st.sampled_from([1, 2, 7, 64, 1024]),
+    data=st.data(),
+)
+def test_order_statistic_is_the_kth_value_with_ties(values, n_candidates, data):
+    # ties everywhere, the smallest value tied (its count answered by the first query),
+    # any number of candidates per query: the cut keeps the k-th smallest value and
+    # nothing between it and the next distinct value
+    v = np.sort(np.asarray(values))
+    k = data.draw(st.integers(1, v.size))
+    c = ScoreCounts([v[::2], v[1::2]])
+    t = order_statistic(c.le, k, c.lo, c.hi, n_candidates=n_candidates, max_queries=200)
+    assert np.count_nonzero(v <= t) >= k
+    assert v[k - 1] <= t
+    assert not np.any((v > v[k - 1]) & (v <= t))  # no other value kept beyond s_(k)
+
+
+def test_order_statistic_asks_for_the_minimum_in_its_first_query():
+    # one count query fewer per search: the count at the smallest value rides along
+    v = np.arange(1000.0)
+    for k, want in [(1, 1), (500, 1)]:  # (500: two queries when asked apart)
+        c = ScoreCounts([v])
+        order_statistic(c.le, k, c.lo, c.hi)
+        assert c.n_queries == want, (k, c.n_queries)
 
 
 @pytest.mark.parametrize("seed", range(3))
