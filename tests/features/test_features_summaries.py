@@ -142,6 +142,9 @@ def test_json_round_trip():
     assert back.to_dict() == s.to_dict()
     with pytest.raises(FeatureError, match="version"):
         ColumnSummaries.from_dict({**s.to_dict(), "version": 99})
+    # a gateway of the previous version hashed numbers by their text: not mergeable
+    with pytest.raises(FeatureError, match="not a version-2 ColumnSummaries dict"):
+        ColumnSummaries.from_dict({**s.to_dict(), "version": 1})
 
 
 def test_merge_rejects_different_sketch_sizes():

@@ -333,3 +333,24 @@ def test_gateway_checks_the_servers_pipeline():
     bad["decisions"][1]["vocabulary"] = "ab"
     with pytest.raises(ValueError, match=r"^feature pipeline from the server: .*vocabulary"):
         _pipeline(bad)
+
+
+def test_a_gateway_of_another_summary_version_is_named(tmp_path, monkeypatch):
+    # a gateway still on version-1 summaries (numbers hashed by their text) cannot be
+    # merged with the others: the run stops naming it, not merging wrong counts
+    from fedep.features.summaries import ColumnSummaries
+
+    cfgs = _gateway_files(tmp_path)
+    to_dict = ColumnSummaries.to_dict
+
+    def old_for_b(self):
+        d = to_dict(self)
+        if not any(c["name"] == "duration" for c in d["columns"]):  # b's file lacks it
+            d["version"] = 1
+        return d
+
+    monkeypatch.setattr(ColumnSummaries, "to_dict", old_for_b)
+    with pytest.raises(
+        RuntimeError, match=r"gateway b: unreadable column summaries: not a version-2"
+    ):
+        run_local(cfgs, {**RUN, "n-rounds": 1})

@@ -76,7 +76,9 @@ __all__ = [
     "summarize_columns",
 ]
 
-SUMMARY_VERSION = 1
+# 2: numbers hashed by value in the distinct-count sketch (KMV); version-1 gateways
+# hashed their canonical text, so the two sketches cannot be merged
+SUMMARY_VERSION = 2
 #: Default sketch resolution: histogram bins per decade of ``|x|``.
 DEFAULT_SKETCH_SIZE = 32
 #: Values with ``|x|`` below this fall in the sketch's zero bin.
@@ -700,7 +702,8 @@ class ColumnSummaries:
     @classmethod
     def from_dict(cls, d: dict) -> ColumnSummaries:
         """Inverse of :meth:`to_dict`; raises :class:`FeatureError` on another version."""
-        if d.get("format") != "fedep.features.ColumnSummaries" or d.get("version") != 1:
+        fmt, version = d.get("format"), d.get("version")
+        if fmt != "fedep.features.ColumnSummaries" or version != SUMMARY_VERSION:
             raise FeatureError(
                 f"not a version-{SUMMARY_VERSION} ColumnSummaries dict "
                 f"(format={d.get('format')!r}, version={d.get('version')!r})"

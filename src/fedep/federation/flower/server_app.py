@@ -353,12 +353,14 @@ def fit_features(
     _fail(gw, failed, "summaries")
     _add_bytes(gw, "summaries", s_b, r_b)
     _keep_answered(gw, replies, min_clients, "the column summaries")
-    summaries = [
-        ColumnSummaries.from_dict(
-            json.loads(str(replies[gw.node_of[lab]].content["summary"]["json"]))
-        )
-        for lab in gw.order
-    ]
+    summaries = []
+    for lab in gw.order:
+        try:
+            text = str(replies[gw.node_of[lab]].content["summary"]["json"])
+            summaries.append(ColumnSummaries.from_dict(json.loads(text)))
+        except (ValueError, KeyError, TypeError) as exc:  # FeatureError is a ValueError
+            # e.g. a gateway of another fedep version (its summaries' version differs)
+            raise RuntimeError(f"gateway {lab}: unreadable column summaries: {exc}") from None
     pipe.fit_from_summaries(_fill_absent(summaries))
     if not any(d.used for d in pipe.decisions_):
         raise RuntimeError(
