@@ -386,3 +386,40 @@ def test_datetime_distinct_values_hash_as_epoch_seconds():
     secs = t.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9
     assert cs.distinct == KMV.of_numbers(secs) and cs.n_distinct == 50
     assert cs.n_time == 50 and cs.top == {} and cs.other_count == 50
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.text(alphabet="0123456789abcdefABCDEF:.%/-TZ +", max_size=40),
+            st.sampled_from(
+                [
+                    "10.0.0.1",
+                    "192.168.1.20:443",
+                    "fe80::1%eth0",
+                    "00:1a:2b:3c:4d:5e",
+                    "CHhAvVGS1DHFjwGM9",
+                    "123e4567-e89b-12d3-a456-426614174000",
+                    "2024-01-02T03:04:05Z",
+                    "1/2/2024 10:00 PM",
+                    "\u0663\u0664\u0665\u0666-01-01",
+                    "\u00b2024-01-01",
+                    "abcdefghij",
+                    "abc123def4",
+                ]
+            ),
+        ),
+        max_size=30,
+    )
+)
+def test_pattern_flags_equal_pandas_fullmatch(texts):
+    # the prefilters (first character, length) never change what the regexes say
+    from fedep.features.summaries import _ADDRESS_RE, _TIME_RE, _UID_RE, _pattern_flags
+
+    texts = [t.strip() for t in texts]
+    s = pd.Series(texts, dtype=object)
+    address, uid, time = _pattern_flags(texts)
+    for got, pattern in ((address, _ADDRESS_RE), (uid, _UID_RE), (time, _TIME_RE)):
+        np.testing.assert_array_equal(got, s.str.fullmatch(pattern).to_numpy(bool))

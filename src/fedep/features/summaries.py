@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -102,6 +103,33 @@ _TIME_RE = (
     r"(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|\d{1,2}/\d{1,2}/\d{2,4}(?: \d{1,2}:\d{2}(?::\d{2})?(?: ?[AaPp][Mm])?)?)"
 )
+
+_ADDRESS = re.compile(_ADDRESS_RE)
+_UID = re.compile(_UID_RE)
+_TIME = re.compile(_TIME_RE)
+# First characters a match can start with (supersets: str.isdigit() holds for every
+# character \d matches): most text (names, Zeek uids) is ruled out without the regex.
+_ADDRESS_FIRST = frozenset("abcdefABCDEF:.")
+
+
+def _pattern_flags(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which stripped texts fully match an address, a uid-like token and a date-time:
+    ``re.fullmatch`` of :data:`_ADDRESS_RE`, :data:`_UID_RE`, :data:`_TIME_RE` (what
+    ``Series.str.fullmatch`` gives, without its per-value overhead; a column of
+    millions of distinct uids is common), each an ndarray of bool, shape (n,)."""
+    n = len(texts)
+    address, uid, time = (np.zeros(n, dtype=bool) for _ in range(3))
+    addr_match, uid_match, time_match = _ADDRESS.fullmatch, _UID.fullmatch, _TIME.fullmatch
+    for i, t in enumerate(texts):
+        first = t[:1]
+        if first.isdigit():
+            address[i] = addr_match(t) is not None
+            time[i] = time_match(t) is not None
+        elif first in _ADDRESS_FIRST:
+            address[i] = addr_match(t) is not None
+        if len(t) >= 10:  # a uid-like token has at least 10 characters
+            uid[i] = uid_match(t) is not None
+    return address, uid, time
 
 
 # --------------------------------------------------------------------------- sketches
@@ -892,7 +920,8 @@ def _summarize_one(
     cs.n_null = len(s) - int(vc.sum())
     uniq = np.asarray(vc.index.to_numpy(dtype=object), dtype=object)
     cnt = vc.to_numpy(dtype=np.int64)
-    low = np.asarray([u.strip().lower() for u in uniq], dtype=object)
+    stripped = [u.strip() for u in uniq]
+    low = np.asarray([t.lower() for t in stripped], dtype=object)
     token = np.isin(low, list(MISSING_TOKENS)) if len(low) else np.zeros(0, bool)
     cs.n_token = _weighted_count(token, cnt)
     parsed = None
@@ -906,10 +935,10 @@ def _summarize_one(
         cs.n_junk = _weighted_count(~ok & ~token, cnt)
         _numeric_view(cs, parsed[ok], cnt[ok])
         # patterns
-        us = pd.Series(uniq, dtype=object).str.strip()
-        cs.n_address = _weighted_count(us.str.fullmatch(_ADDRESS_RE).to_numpy(bool), cnt)
-        cs.n_uid = _weighted_count(us.str.fullmatch(_UID_RE).to_numpy(bool) & ~ok, cnt)
-        cs.n_time = _weighted_count(us.str.fullmatch(_TIME_RE).to_numpy(bool), cnt)
+        address, uid, time = _pattern_flags(stripped)
+        cs.n_address = _weighted_count(address, cnt)
+        cs.n_uid = _weighted_count(uid & ~ok, cnt)
+        cs.n_time = _weighted_count(time, cnt)
         cs.n_bool_token = _weighted_count(np.isin(low, list(BOOL_TRUE | BOOL_FALSE)), cnt)
     # category view
     _category_view(cs, uniq, cnt, keep)
