@@ -1,9 +1,13 @@
-"""Shared fixtures: the real-data rule for every test package.
+"""Shared fixtures: the real-data rule for every test package, and hypothesis' profile.
 
 Real-data tests are marked ``realdata``. When the data directory (see
 :func:`fedep.data.resolve_data_dir`) lacks the official files they are skipped, unless
 the environment variable ``CI`` is set: then they fail, because on CI the data must be
 there.
+
+With ``CI`` set, hypothesis runs derandomised (the same examples on every run), so a
+submission's check does not depend on the draw; run without ``CI`` to explore new
+examples.
 """
 
 from __future__ import annotations
@@ -12,9 +16,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from fedep.data import resolve_data_dir
 from fedep.data.files import KNOWN_FILES
+
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def require_real_data() -> Path:
