@@ -427,3 +427,19 @@ def test_pattern_flags_equal_pandas_fullmatch(texts):
     address, uid, time = _pattern_flags(texts)
     for got, pattern in ((address, _ADDRESS_RE), (uid, _UID_RE), (time, _TIME_RE)):
         np.testing.assert_array_equal(got, s.str.fullmatch(pattern).to_numpy(bool))
+
+
+@pytest.mark.parametrize("dtype", ["str", "string"])
+def test_text_column_summary_does_not_depend_on_its_storage(dtype):
+    # a pandas string column (what the readers give) is counted as stored; the same
+    # values in an object column go through string_view: the same summary
+    from fedep.features.summaries import _summarize_one
+
+    rng = np.random.default_rng(0)
+    pool = ["tcp", "udp", "", " x ", "80", "1.5", "-", "10.0.0.1", "CHhAvVGS1DHFjwGM9", "True"]
+    values = [None if rng.random() < 0.1 else str(rng.choice(pool)) for _ in range(500)]
+    values += [f"C{i:09d}abc" for i in range(300)]  # many distinct uid-like tokens
+    for keep in (3, 64):
+        got = _summarize_one("c", pd.Series(values, dtype=dtype), keep, 32).to_dict()
+        want = _summarize_one("c", pd.Series(values, dtype=object), keep, 32).to_dict()
+        assert got == want

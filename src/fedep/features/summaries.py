@@ -915,8 +915,12 @@ def _summarize_one(
         return cs
     if fam == "numeric":
         return _summarize_numeric(name, s, cs, keep, forced)
-    keys = string_view(s, fam)
-    vc = keys.value_counts(dropna=True, sort=False)
+    if fam == "string" and isinstance(s.dtype, pd.StringDtype):
+        # text already (what the readers give): count it as it is stored, and make
+        # Python strings of the distinct values only (string_view would of every row)
+        vc = s.value_counts(dropna=True, sort=False)
+    else:
+        vc = string_view(s, fam).value_counts(dropna=True, sort=False)
     cs.n_null = len(s) - int(vc.sum())
     uniq = np.asarray(vc.index.to_numpy(dtype=object), dtype=object)
     cnt = vc.to_numpy(dtype=np.int64)
