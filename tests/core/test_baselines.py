@@ -1,6 +1,7 @@
 """Baselines and statistics against brute-force references."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +111,20 @@ def test_client_moments_do_not_overflow_for_huge_finite_values():
     assert m.mean[1] == 1e307 and m.m2[1] == 0.0  # a constant column stays exact
     np.testing.assert_allclose(m.mean[2], (X[:, 2] / 1e200).mean() * 1e200, rtol=1e-12)
     assert np.isfinite(m.mean[2]) and m.m2[2] == np.inf  # its true m2 exceeds float64
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e150, 1e300])
+def test_value_moments_with_counts_equal_the_repeated_values(scale):
+    # counts of distinct values (a column summary) give the moments of the values
+    # repeated, at ordinary and at overflowing magnitudes
+    from fedep.core.stats import value_moments
+
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=30) * scale
+    counts = rng.integers(1, 5, 30)
+    mean, m2 = value_moments(v, counts)
+    ref_mean, ref_m2 = value_moments(np.repeat(v, counts))
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-12, atol=1e-12 * scale)
+    np.testing.assert_allclose(m2, ref_m2, rtol=1e-10)
+    if scale == 1.0:
+        np.testing.assert_allclose(m2, np.var(np.repeat(v, counts)) * counts.sum(), rtol=1e-12)

@@ -23,6 +23,7 @@ __all__ = [
     "client_moments",
     "combine_moments",
     "standardization_from_moments",
+    "value_moments",
 ]
 
 
@@ -96,22 +97,64 @@ def client_moments(X: np.ndarray) -> Moments:
 
 
 def _scaled_moments(col: np.ndarray) -> tuple[float, float]:
-    """Mean and m2 of a column whose sum or squares overflow float64 (beyond ~1e154).
-
-    Computed on ``col / 2**e`` (exact) and scaled back, so the mean is finite and ``m2``
-    is ``inf`` only when the true value exceeds float64. A column holding inf or NaN is
-    left as numpy computes it (NaN / inf moments).
-    """
+    """Mean and m2 of a column whose sum or squares overflow float64 (beyond ~1e154):
+    :func:`value_moments`; a column holding inf or NaN is left as numpy computes it
+    (NaN / inf moments)."""
     if not np.isfinite(col).all():
         with np.errstate(over="ignore", invalid="ignore"):
             return float(col.mean()), float(np.square(col - col.mean()).sum())
-    s = math.ldexp(1.0, math.frexp(float(np.abs(col).max()))[1] - 1)  # |col / s| < 2
-    u = col / s
-    mu = float(u.mean())
-    # one correction pass: the mean's round-off, squared and scaled back, would
-    # overflow by itself (a constant 1e307 column would get m2 = inf)
-    mu += float((u - mu).mean())
-    return mu * s, float(np.square(u - mu).sum()) * s * s  # Python floats: inf, no warning
+    return value_moments(col)
+
+
+def value_moments(v: np.ndarray, counts: np.ndarray | None = None) -> tuple[float, float]:
+    """Mean and sum of squared deviations of finite values ``v`` with ``counts``.
+
+    Values beyond about 1e154 overflow the sum or the squares in float64 (with a
+    RuntimeWarning and an ``inf`` / NaN result). Those are recomputed on ``v / 2**e``
+    (a power of two: exact) and scaled back: the mean is then always finite (it lies
+    within ``[min, max]``), and ``m2`` is ``inf`` only when the true value exceeds the
+    largest float64 -- which the feature decisions read as "float64 moments overflow"
+    (:func:`fedep.features.decide_columns`). Other values keep the direct formulas.
+
+    Parameters
+    ----------
+    v : ndarray of shape (k,), finite floats, k >= 1
+    counts : ndarray of shape (k,), int, optional
+        How often each value occurs (a column's distinct values); None when every value
+        counts once (no weight array, and one product per value less).
+
+    Returns
+    -------
+    mean : float
+    m2 : float
+        Non-negative, possibly ``inf``.
+    """
+    n = len(v) if counts is None else int(counts.sum())
+
+    def mean_of(x: np.ndarray) -> float:
+        return float((x.sum() if counts is None else np.dot(x, counts)) / n)
+
+    def m2_about(x: np.ndarray, mu: float) -> float:
+        d = x - mu
+        d *= d
+        # unweighted: numpy's pairwise sum (a BLAS dot of a fresh array is slower here)
+        return float(d.sum() if counts is None else np.dot(d, counts))
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = mean_of(v)
+        m2 = m2_about(v, mean)
+    if math.isfinite(mean) and math.isfinite(m2):
+        return mean, m2
+    # 2**(e-1) with |v| < 2**e: |u| < 2, and 2**(e-1) itself never overflows
+    s = math.ldexp(1.0, math.frexp(float(np.max(np.abs(v))))[1] - 1)
+    u = v / s
+    mu = mean_of(u)  # |mu| < 2
+    # One correction pass: at this scale the mean's round-off alone, squared and
+    # scaled back, would overflow (a constant 1e307 column would get m2 = inf).
+    mu += mean_of(u - mu)
+    m2u = m2_about(u, mu)  # <= 16 n
+    # Python floats: an overflowing product is inf, no warning
+    return mu * s, m2u * s * s
 
 
 def combine_moments(parts: Iterable[Moments]) -> Moments:

@@ -92,10 +92,20 @@ def _as_frame(X) -> pd.DataFrame:
     return df.assign(**decoded) if decoded else df
 
 
+#: ``pandas.api.types.infer_dtype`` labels of object columns that hold no ``bytes``.
+_NO_BYTES = frozenset(
+    {"string", "empty", "integer", "floating", "mixed-integer-float", "decimal", "boolean"}
+    | {"complex", "datetime", "datetime64", "date", "time", "timedelta", "timedelta64"}
+    | {"period", "interval", "categorical"}
+)
+
+
 def _decoded_bytes(s: pd.Series, column: str) -> pd.Series | None:
     """An object column holding ``bytes`` (a binary Parquet column, a database driver's
     value) with its bytes decoded as UTF-8 text, or None when it holds none; bytes that
     are not UTF-8 are an error naming the column and row, not a guess."""
+    if pd.api.types.infer_dtype(s, skipna=True) in _NO_BYTES:
+        return None  # one pass in C (encode runs on every chunk): no bytes there
     values = s.to_numpy(dtype=object)
     where = [i for i, v in enumerate(values) if isinstance(v, bytes | bytearray)]
     if not where:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from fedep.core.stats import value_moments
 from fedep.features._values import (
     BOOL_FALSE,
     BOOL_TRUE,
@@ -655,7 +656,7 @@ class ColumnSummary:
             ).split()
         }
         d["families"] = list(self.families)
-        # strict JSON has no inf: None marks an m2 beyond float64 (see _weighted_moments)
+        # strict JSON has no inf: None marks an m2 beyond float64 (core.stats.value_moments)
         d["m2"] = None if math.isinf(self.m2) else self.m2
         d["min"] = None if math.isinf(self.min) else self.min
         d["max"] = None if math.isinf(self.max) else self.max
@@ -752,59 +753,6 @@ def _weighted_count(mask: np.ndarray, counts: np.ndarray | None) -> int:
     return int(np.count_nonzero(mask) if counts is None else counts[mask].sum())
 
 
-def _weighted_moments(v: np.ndarray, c: np.ndarray | None, n: int) -> tuple[float, float]:
-    """Mean and sum of squared deviations of finite values ``v`` with counts ``c``.
-
-    Values beyond about 1e154 overflow the sum or the squares in float64 (with a
-    RuntimeWarning and an ``inf`` / NaN summary). Those columns are recomputed on
-    ``v / 2**e`` (a power of two: exact) and scaled back: the mean is then always
-    finite (it lies within ``[min, max]``), and ``m2`` is ``inf`` only when the true
-    value exceeds the largest float64 -- which the decisions read as "float64 moments
-    overflow" (:func:`fedep.features.decide_columns`). Other columns keep the direct
-    formulas.
-
-    Parameters
-    ----------
-    v : ndarray of shape (k,), finite floats
-    c : ndarray of shape (k,), int, or None
-        Counts of the values; None when every value counts once (no weight array, and
-        one product per value less).
-    n : int
-        ``c.sum()`` (``len(v)`` when ``c`` is None), positive.
-
-    Returns
-    -------
-    mean : float
-    m2 : float
-        Non-negative, possibly ``inf``.
-    """
-
-    def mean_of(x: np.ndarray) -> float:
-        return float((x.sum() if c is None else np.dot(x, c)) / n)
-
-    def m2_about(x: np.ndarray, mu: float) -> float:
-        d = x - mu
-        d *= d
-        # unweighted: numpy's pairwise sum (a BLAS dot of a fresh array is slower here)
-        return float(d.sum() if c is None else np.dot(d, c))
-
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = mean_of(v)
-        m2 = m2_about(v, mean)
-    if math.isfinite(mean) and math.isfinite(m2):
-        return mean, m2
-    # 2**(e-1) with |v| < 2**e: |u| < 2, and 2**(e-1) itself never overflows
-    s = math.ldexp(1.0, math.frexp(float(np.max(np.abs(v))))[1] - 1)
-    u = v / s
-    mu = mean_of(u)  # |mu| < 2
-    # One correction pass: at this scale the mean's round-off alone, squared and
-    # scaled back, would overflow (a constant 1e307 column would get m2 = inf).
-    mu += mean_of(u - mu)
-    m2u = m2_about(u, mu)  # <= 16 n
-    # Python floats: an overflowing product is inf, no warning
-    return mu * s, m2u * s * s
-
-
 def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray | None = None) -> None:
     """Fill the numeric view from values ``vals`` (NaN excluded by caller) with counts ``w``.
 
@@ -823,7 +771,7 @@ def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray | None = No
     cs.n_num = n
     if n == 0:
         return
-    cs.mean, cs.m2 = _weighted_moments(v, c, n)
+    cs.mean, cs.m2 = value_moments(v, c)
     cs.min, cs.max = float(v.min()), float(v.max())
     cs.n_zero = _weighted_count(v == 0, c)
     cs.n_one = _weighted_count(v == 1, c)
