@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedep.core import _kernels as K
-from fedep.core._kernels.wstep import LAPACK_MIN_UNKNOWNS
 from fedep.core.stiefel import project_tangent, random_stiefel, retract_polar, retract_qr
 
 
@@ -59,31 +58,6 @@ def test_cholesky_solve_and_its_refusal():
     assert np.allclose(M @ w, np.ones(5), atol=1e-10)
 
 
-def test_solves_from_lapack_min_unknowns_match_numpy_and_refuse_alike():
-    # The LAPACK branch of the same two solvers (m >= LAPACK_MIN_UNKNOWNS).
-    m = LAPACK_MIN_UNKNOWNS + 30
-    rng = np.random.default_rng(4)
-    B = rng.standard_normal((m, m))
-    S = B @ B.T + 0.1 * np.eye(m)
-    x = rng.standard_normal(m)
-    lower_only = np.tril(S)  # the upper triangle is not read
-    y = x.copy()
-    assert K._cholesky_solve(lower_only, y)
-    np.testing.assert_allclose(y, np.linalg.solve(S, x), rtol=1e-8, atol=1e-8)
-    negative_pivot = S.copy()
-    negative_pivot[5, 5] = -1.0
-    indefinite = S.copy()  # positive diagonal, a 2 x 2 minor < 0: LAPACK's refusal
-    indefinite[6, 5] = indefinite[5, 6] = 10.0 * np.sqrt(S[5, 5] * S[6, 6])
-    for bad in (negative_pivot, indefinite):
-        z = x.copy()
-        assert not K._cholesky_solve(bad, z)
-        assert np.array_equal(z, x)  # untouched on refusal
-    M = rng.standard_normal((m, m))
-    w = x.copy()
-    K._lu_solve(M.copy(), w)
-    np.testing.assert_allclose(M @ w, x, atol=1e-8)
-
-
 def test_pick_dispatch(monkeypatch):
     assert K.pick("numpy", "manpg_clients") is None
     assert K.pick("auto", "manpg_clients") is K.manpg_clients
@@ -106,3 +80,41 @@ def test_vech_index_map_reproduces_term_one():
         Aext = np.append(A[0].ravel(), 0.0)
         J = sc[None, :] * Aext[T1].sum(-1)
         assert np.allclose(J, _term1(A, ia, ib)[0], atol=1e-14)
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.5])
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_newton_cg_matches_numpy(seed, cut):
+    from fedep.core.ssn import _eval, _newton_cg
+
+    rng = np.random.default_rng(seed)
+    n, r = 50, 18
+    W = random_stiefel(n, r, rng, (1,))
+    g = rng.standard_normal((1, n, r))
+    t = np.array([0.2])
+    B0 = W - t[:, None, None] * g
+    tau = np.array([np.quantile(np.linalg.norm(B0[0], axis=1), cut) + 1e-3])
+    B, _, E = _eval(W, B0, t, tau, np.zeros((1, r, r)))
+    reg = np.array([1e-4])
+    ref, n_ref = _newton_cg(W, B, t, tau, E, reg)
+    x = np.empty((r, r))
+    WT, BT = np.ascontiguousarray(W[0].T), np.ascontiguousarray(B[0].T)
+    it = K._newton_cg(WT, BT, t[0], tau[0], E[0].copy(), reg[0], x)
+    assert abs(it - n_ref[0]) <= 1
+    np.testing.assert_allclose(x, ref[0], rtol=1e-9, atol=1e-11 * np.abs(ref).max())
+    E_bad = E[0].copy()
+    E_bad[2, 3] = np.inf
+    assert K._newton_cg(WT, BT, t[0], tau[0], E_bad, reg[0], x) == -1
+    assert np.all(np.isnan(x))
+
+
+def test_compiled_inverse_square_root_by_lapack_from_eigh_min_rank():
+    from fedep.core._kernels.wstep import EIGH_MIN_RANK
+
+    rng = np.random.default_rng(5)
+    r = EIGH_MIN_RANK + 4
+    B = rng.standard_normal((r, r))
+    M = np.eye(r) + (B @ B.T) / r
+    Kc, V = np.empty((r, r)), np.empty((r, r))
+    K._inv_sqrt_spd(M.copy(), Kc, V)
+    np.testing.assert_allclose(Kc, _inv_sqrt(M), rtol=1e-9, atol=1e-12)

@@ -78,7 +78,8 @@ def test_l21_weight_sparsifies_rows(kernel):
         (8, 1, 0.0, 0.0, "polar"),  # plain PCA, rank one
         (20, 10, 1.0, 2.0, "polar"),  # above the dense-map rank of the NumPy SSN
         (15, 4, 40.0, 1.0, "qr"),  # large beta: rows cut to zero
-        (40, 16, 1.0, 2.0, "polar"),  # 136 Newton unknowns: the kernel's LAPACK branch
+        (40, 16, 1.0, 2.0, "polar"),  # 136 Newton unknowns: matrix-free Newton (CG)
+        (60, 30, 20.0, 1.0, "polar"),  # CG with rows cut; LAPACK's eigh in the retraction
     ],
 )
 def test_compiled_w_step_matches_numpy_reference(n, r, beta, nu, retraction):

@@ -120,3 +120,86 @@ def test_jacobian_forms_agree(monkeypatch):
     monkeypatch.setattr(ssn, "_DENSE_MAP_MAX_RANK", 0)
     gather = ssn._jacobian(W, B, t, tau)
     assert np.allclose(dense, gather, rtol=1e-12, atol=1e-12)
+
+
+# --- The matrix-free Newton solve (from CG_MIN_UNKNOWNS unknowns) --------------------
+
+
+def _newton_instance(seed, n=40, r=16, cut_share=0.0):
+    """A point of the SSN iteration: W, B(Lam), t, tau, E, reg, with about
+    ``cut_share`` of the rows of B at or below the threshold."""
+    rng = np.random.default_rng(seed)
+    W = random_stiefel(n, r, rng, (1,))
+    g = rng.standard_normal((1, n, r)) * rng.uniform(0.5, 3.0)
+    t = np.array([rng.uniform(0.05, 0.5)])
+    B0 = W - t[:, None, None] * g
+    norms = np.sort(np.linalg.norm(B0[0], axis=1))
+    tau = np.array([norms[int(cut_share * (n - 1))] * (1.0 + 1e-9) if cut_share else 0.1])
+    Lam = 0.5 * (np.swapaxes(W, 1, 2) @ g + np.swapaxes(g, 1, 2) @ W)
+    B, _, E = _eval(W, B0, t, tau, Lam)
+    reg = np.array([10.0 ** rng.uniform(-8, -1)]) * t
+    return W, B, t, tau, E, reg
+
+
+@pytest.mark.parametrize("cut_share", [0.0, 0.3, 0.8])
+@pytest.mark.parametrize("seed", range(4))
+def test_matrix_free_jacobian_equals_the_assembled_one(seed, cut_share):
+    from fedep.core.ssn import _jacobian_apply, _jacobian_factors
+
+    W, B, t, tau, _, reg = _newton_instance(seed, cut_share=cut_share)
+    r = W.shape[-1]
+    J = _jacobian(W, B, t, tau)[0]
+    A, Bs = _jacobian_factors(W, B, tau)
+    rng = np.random.default_rng(seed + 100)
+    H = rng.standard_normal((r, r))
+    H = (H + H.T)[None]
+    got = _jacobian_apply(W, A, Bs, t, reg, H)
+    ref = unvech(J @ vech(H[0]) + reg[0] * vech(H[0]), r)
+    np.testing.assert_allclose(got[0], ref, rtol=1e-11, atol=1e-12 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("cut_share", [0.0, 0.3, 0.8])
+@pytest.mark.parametrize("seed", range(4))
+def test_newton_cg_solves_the_dense_system(seed, cut_share):
+    from fedep.core.ssn import _newton_cg, _solve
+
+    W, B, t, tau, E, reg = _newton_instance(seed, cut_share=cut_share)
+    r = W.shape[-1]
+    J = _jacobian(W, B, t, tau)
+    dense = unvech(_solve(J + reg[:, None, None] * np.eye(J.shape[-1]), -vech(E)), r)
+    step, n_cg = _newton_cg(W, B, t, tau, E, reg)
+    assert 1 <= n_cg[0] < 200
+    assert np.allclose(step, np.swapaxes(step, 1, 2))
+    np.testing.assert_allclose(step, dense, rtol=1e-7, atol=1e-8 * np.abs(dense).max())
+
+
+def test_newton_cg_marks_non_finite_input():
+    from fedep.core.ssn import _newton_cg
+
+    W, B, t, tau, E, reg = _newton_instance(0)
+    W2, B2, E2 = (np.concatenate([a, a]) for a in (W, B, E))
+    E2[1, 0, 0] = np.nan
+    step, n_cg = _newton_cg(W2, B2, np.r_[t, t], np.r_[tau, tau], E2, np.r_[reg, reg])
+    assert np.all(np.isfinite(step[0])) and np.all(np.isnan(step[1]))
+    assert n_cg[1] == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ssn_above_the_cg_threshold_matches_independent_admm(seed):
+    # r = 16: 136 unknowns, solved matrix-free; the same KKT checks as above.
+    from fedep.core.ssn import CG_MIN_UNKNOWNS
+
+    rng = np.random.default_rng(seed)
+    n, r = 30, 16
+    assert r * (r + 1) // 2 >= CG_MIN_UNKNOWNS
+    W = random_stiefel(n, r, rng)
+    g = rng.standard_normal((n, r)) * rng.uniform(0.5, 5)
+    t = float(rng.uniform(0.05, 1.0))
+    beta = float(rng.uniform(0.0, 3.0))
+    sol = ssn_direction(W, g, t, t * beta, tol=1e-12)
+    assert sol.converged[0]
+    ref = admm_direction(W, g, t, beta)
+    assert np.max(np.abs(sol.D - ref)) <= 1e-6
+    assert np.linalg.norm(W.T @ sol.D + sol.D.T @ W) <= 1e-10
+    B = W - t * (g - W @ sol.Lam)
+    assert np.allclose(sol.D, prox_l21(B, t * beta) - W, atol=1e-12)

@@ -17,9 +17,12 @@ its generalised Jacobian in direction ``H`` (symmetric) is::
 
 where ``J`` acts row-wise: on a row ``b`` with ``||b|| > tau`` it is
 ``(1 - tau/||b||) I + tau b b^T / ||b||^3``; on rows cut to zero it is 0. The
-Newton system is assembled in ``vech`` coordinates (``r(r+1)/2`` unknowns), solved with
-the adaptive regularisation of Xiao et al. (2018) / the ManPG code, with a backtracking
-safeguard on ``||E||``. Everything is batched over a leading client axis.
+Newton system, regularised adaptively as in Xiao et al. (2018) / the ManPG code and
+safeguarded by backtracking on ``||E||``, has ``m = r(r+1)/2`` unknowns: below
+:data:`CG_MIN_UNKNOWNS` it is assembled in ``vech`` coordinates and solved densely,
+from there on it is solved matrix-free by preconditioned conjugate gradients
+(:func:`_newton_cg`), whose cost grows like ``n r^2`` per iteration instead of the
+dense ``r^6``. Everything is batched over a leading client axis.
 
 Globalisation. ``E`` is the gradient, up to the factor ``t/2``, of the convex merit
 ``psi`` (``t`` times minus the dual function; :func:`_merit`), and the regularised
@@ -195,6 +198,116 @@ def _solve(M, rhs):
         return out
 
 
+#: From this many Newton unknowns ``m = r(r+1)/2`` (rank 15) the regularised Newton
+#: system is solved matrix-free by preconditioned conjugate gradients
+#: (:func:`_newton_cg`) instead of being assembled (``m^2 n``) and factorised
+#: (``m^3 / 3``): at rank 80 the dense solve costs about a second per Newton step
+#: while CG, a few products of cost ``n r^2`` each, takes milliseconds
+#: (``benchmarks/bench_wstep.py``). Below it the dense system is cheap and exact.
+CG_MIN_UNKNOWNS = 120
+#: CG stops when the residual of the Newton system is at most this fraction of its
+#: right-hand side (the dense solve's accuracy, give or take; measured against it in
+#: the tests), or after ``CG_MAX_ITER`` iterations (a guard: it takes 3 to 30).
+CG_RTOL = 1e-12
+CG_MAX_ITER = 500
+
+
+def _jacobian_factors(W, B, tau):
+    """The two factors of the Jacobian in matrix form, for :func:`_jacobian_apply`.
+
+    Returns ``A = W^T diag(a) W`` (d, r, r) and ``Bs`` (d, n, r), the rows of ``B``
+    scaled to ``sqrt(c_j) bhat_j`` (zero on rows cut), with ``c_j = tau / ||b_j||``,
+    ``a_j = 1 - c_j`` on the rows kept (see :func:`_jacobian`).
+    """
+    nrm = np.sqrt(np.einsum("dnr,dnr->dn", B, B))
+    active = nrm > tau[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = np.where(active, tau[:, None] / nrm, 0.0)
+        f = np.where(active, np.sqrt(c) / nrm, 0.0)
+    a = np.where(active, 1.0 - c, 0.0)
+    return _T(W) @ (a[..., None] * W), B * f[..., None]
+
+
+def _jacobian_apply(W, A, Bs, t, reg, H):
+    """``dE[H] + reg H`` for symmetric ``H`` (d, r, r), without forming the Jacobian.
+
+    ``dE[H] = t (K + K^T)`` with ``K = W^T J[W H] = A H + W^T (Bs * s)``, where
+    ``s_j = <Bs_j, (W H)_j>``: cost ``O(n r^2)`` per client. The map is self-adjoint
+    and positive definite (``reg > 0``) in the Frobenius inner product on symmetric
+    matrices, and equals the vech-coordinate system of :func:`_jacobian` plus
+    ``reg I`` (the vech coordinates of ``H`` are its upper triangle).
+    """
+    s = np.einsum("dnr,dnr->dn", Bs, W @ H)
+    K = A @ H + _T(W) @ (Bs * s[..., None])
+    return t[:, None, None] * (K + _T(K)) + reg[:, None, None] * H
+
+
+def _newton_cg(W, B, t, tau, E, reg):
+    """Regularised Newton step ``(dE + reg I)[dLam] = -E`` by preconditioned CG.
+
+    The preconditioner is the system's first term alone, ``H -> t (A H + H A) +
+    reg H``, inverted exactly in the eigenbasis of ``A = Q diag(lam) Q^T``: entry
+    ``(k, l)`` of ``Q^T H Q`` is divided by ``t (lam_k + lam_l) + reg``. The rest of
+    the Jacobian, ``sum_j c_j sym(Q_j) (sym(Q_j) : H)``, has rank at most the number
+    of rows kept and is small when ``tau`` is small against the row norms, so CG
+    needs few iterations. Each client stops at ``||res|| <= CG_RTOL ||E||``.
+    ``fedep.core._kernels.wstep._newton_cg`` is the same computation, step for step.
+
+    Returns the steps (d, r, r) (non-finite where the inputs are) and the CG
+    iterations (d,).
+    """
+    A, Bs = _jacobian_factors(W, B, tau)
+    d = W.shape[0]
+    x = np.zeros_like(E)
+    n_cg = np.zeros(d, dtype=int)
+    ok = np.all(np.isfinite(A), axis=(-2, -1)) & np.all(np.isfinite(E), axis=(-2, -1))
+    x[~ok] = np.nan
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return x, n_cg
+    W, A, Bs, t, reg = W[idx], A[idx], Bs[idx], t[idx], reg[idx]
+    lam, Q = np.linalg.eigh(A)
+    den = t[:, None, None] * (lam[:, :, None] + lam[:, None, :]) + reg[:, None, None]
+
+    def precond(R, a):
+        Qa = Q[a]
+        return Qa @ ((_T(Qa) @ R @ Qa) / den[a]) @ _T(Qa)
+
+    xs = np.zeros_like(E[idx])
+    res = -E[idx]
+    stop = CG_RTOL * np.linalg.norm(res, axis=(-2, -1))
+    z = precond(res, slice(None))
+    p = z.copy()
+    rz = np.einsum("dab,dab->d", res, z)
+    run = np.linalg.norm(res, axis=(-2, -1)) > stop
+    it = np.zeros(idx.size, dtype=int)
+    for _ in range(CG_MAX_ITER):
+        a = np.flatnonzero(run)
+        if a.size == 0:
+            break
+        it[a] += 1
+        q = _jacobian_apply(W[a], A[a], Bs[a], t[a], reg[a], p[a])
+        pq = np.einsum("dab,dab->d", p[a], q)
+        # A non-positive curvature can only be rounding (the map is positive
+        # definite): keep the iterate reached.
+        curv = pq > 0.0
+        run[a[~curv]] = False
+        a, q, pq = a[curv], q[curv], pq[curv]
+        alpha = rz[a] / pq
+        xs[a] += alpha[:, None, None] * p[a]
+        res[a] -= alpha[:, None, None] * q
+        conv = np.linalg.norm(res[a], axis=(-2, -1)) <= stop[a]
+        run[a[conv]] = False
+        a = a[~conv]
+        z = precond(res[a], a)
+        rz_new = np.einsum("dab,dab->d", res[a], z)
+        p[a] = z + (rz_new / rz[a])[:, None, None] * p[a]
+        rz[a] = rz_new
+    x[idx] = xs
+    n_cg[idx] = it
+    return x, n_cg
+
+
 # Up to this rank the Jacobian is assembled by small dense maps (fast for the usual
 # r <= 8); above it the gather form below needs far less memory and work.
 _DENSE_MAP_MAX_RANK = 8
@@ -339,7 +452,7 @@ def ssn_direction(
     stalls = np.zeros(d, dtype=int)
     singular = np.zeros(d, dtype=bool)
     m = r * (r + 1) // 2
-    eye_m = np.eye(m)
+    eye_m = np.eye(m) if m < CG_MIN_UNKNOWNS else None
     for _ in range(max_iter):
         # A client whose residual cannot be decreased three times running sits at
         # round-off level: stop it rather than burn backtracking evaluations.
@@ -350,15 +463,16 @@ def ssn_direction(
             break
         n_iter[act] += 1
         Wa, Ba, ta, taua = W[act], B[act], t[act], tau[act]
-        Jac = _jacobian(Wa, Ba, ta, taua)
         # The Jacobian scales with t, so the regularisation does too.
         reg = kappa[act] * ta * np.maximum(np.minimum(res[act], 0.2), 1e-11)
-        rhs = -vech(E[act])
-        step = _solve(Jac + reg[:, None, None] * eye_m, rhs)
-        finite = np.all(np.isfinite(step), axis=1)
+        if m >= CG_MIN_UNKNOWNS:
+            dLam, _ = _newton_cg(Wa, Ba, ta, taua, E[act], reg)
+        else:
+            Jac = _jacobian(Wa, Ba, ta, taua)
+            dLam = unvech(_solve(Jac + reg[:, None, None] * eye_m, -vech(E[act])), r)
+        finite = np.all(np.isfinite(dLam), axis=(1, 2))
         singular[act[~finite]] = True
-        act, step = act[finite], step[finite]
-        dLam = unvech(step, r)
+        act, dLam = act[finite], dLam[finite]
         # Slope of psi along the step: (t/2) <E, dLam> < 0 (a descent direction).
         slope = 0.5 * t[act] * np.einsum("dab,dab->d", E[act], dLam)
         # Backtrack; accept the first step that satisfies Armijo on psi, or that

@@ -20,6 +20,7 @@ from fedep.core._kernels.wstep import (
     _expand_search,
     _inv_sqrt_spd,
     _lu_solve,
+    _newton_cg,
     _retract,
     _ssn,
     _ssn_workspace,
@@ -48,7 +49,16 @@ _PUBLIC = {
 }
 
 # Private compiled pieces, re-exported for the kernel tests.
-_ = (_cholesky_solve, _expand_search, _inv_sqrt_spd, _lu_solve, _retract, _ssn, _ssn_workspace)
+_ = (
+    _cholesky_solve,
+    _expand_search,
+    _inv_sqrt_spd,
+    _lu_solve,
+    _newton_cg,
+    _retract,
+    _ssn,
+    _ssn_workspace,
+)
 
 
 def pick(kernel: str, name: str):

@@ -11,6 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from fedep.core._kernels._jit import jit as _jit
+from fedep.core.ssn import CG_MAX_ITER, CG_MIN_UNKNOWNS, CG_RTOL
 
 # ----------------------------------------------------------------------------------
 # ManPG W-step, one client at a time (mirrors fedep.core.manpg / fedep.core.ssn).
@@ -32,12 +33,17 @@ def vech_maps(r: int) -> tuple[np.ndarray, ...]:
     ``ia, ib, wgt`` as in :func:`fedep.core.ssn._vech_index`; ``T1`` (m, m, 4) holds,
     for each Jacobian entry (q, p), the flat indices into ``A`` (``r*r`` = a zero) of
     the up to four terms of ``(A E_p + E_p A)[qa, qb]``; ``sc`` the 1/2 on diagonal
-    basis elements. It is the same gather as ``fedep.core.ssn._term1``.
+    basis elements. It is the same gather as ``fedep.core.ssn._term1``. From
+    ``CG_MIN_UNKNOWNS`` unknowns the Newton system is solved matrix-free and ``T1`` is
+    empty.
     """
     from fedep.core.ssn import _vech_index
 
     ia, ib, wgt = _vech_index(r)
     m = ia.size
+    sc = np.where(ia == ib, 0.5, 1.0)
+    if m >= CG_MIN_UNKNOWNS:  # the matrix-free Newton solve needs no index map
+        return ia.astype(np.int64), ib.astype(np.int64), wgt, np.zeros((0, 0, 4), np.int64), sc
     T1 = np.full((m, m, 4), r * r, dtype=np.int64)
     for q in range(m):
         qa, qb = ia[q], ib[q]
@@ -50,7 +56,6 @@ def vech_maps(r: int) -> tuple[np.ndarray, ...]:
                 pi * r + qb if qa == pj else r * r,
             ]
             T1[q, p] = terms
-    sc = np.where(ia == ib, 0.5, 1.0)
     return ia.astype(np.int64), ib.astype(np.int64), wgt, T1, sc
 
 
@@ -169,21 +174,15 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
             Aext[k * r + q] = acc
             Aext[q * r + k] = acc
             p += 1
-    if m >= LAPACK_MIN_UNKNOWNS:
-        gram = UT @ UT.T  # BLAS
-        for q in range(m):
-            for p in range(m):
-                J[q, p] = 2.0 * gram[q, p] * wgt[p]
-    else:
-        for q in range(m):
-            uq = UT[q]
-            for p in range(q, m):
-                up = UT[p]
-                acc = 0.0
-                for i in range(n):
-                    acc += uq[i] * up[i]
-                J[q, p] = 2.0 * acc * wgt[p]
-                J[p, q] = 2.0 * acc * wgt[q]
+    for q in range(m):
+        uq = UT[q]
+        for p in range(q, m):
+            up = UT[p]
+            acc = 0.0
+            for i in range(n):
+                acc += uq[i] * up[i]
+            J[q, p] = 2.0 * acc * wgt[p]
+            J[p, q] = 2.0 * acc * wgt[q]
     for q in range(m):
         for p in range(m):
             tq = T1[q, p]
@@ -191,21 +190,12 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
             J[q, p] = t * (J[q, p] + sc[p] * v)
 
 
-# From this many Newton unknowns m = r(r+1)/2 (rank 15) the SSN's dense work, the m x m
-# Gram matrix of the Jacobian (m^2 n) and its Cholesky factorisation (m^3 / 3), goes to
-# BLAS / LAPACK: below it their per-call set-up costs more than the loops; above it the
-# loops cost seconds per round at rank 60 (m = 1830) where LAPACK takes a fraction.
-LAPACK_MIN_UNKNOWNS = 120
-
-
 def _lu_solve(M, x):  # pragma: no cover - compiled
     # Gaussian elimination with partial pivoting, in place (M is overwritten, x
     # becomes the solution). LAPACK's per-call set-up costs more than the whole
-    # elimination at these sizes (m <= 36 for r <= 8).
+    # elimination at these sizes (m < CG_MIN_UNKNOWNS; above it the Newton system is
+    # solved matrix-free).
     m = x.size
-    if m >= LAPACK_MIN_UNKNOWNS:
-        x[:] = np.linalg.solve(M, x)  # LAPACK gesv: LU with partial pivoting
-        return
     for k in range(m):
         piv = k
         big = abs(M[k, k])
@@ -239,31 +229,19 @@ def _cholesky_solve(S, x):  # pragma: no cover - compiled
     # overwritten by its factor), y into x. Returns False, x untouched, if a pivot is
     # not positive.
     m = x.size
-    if m >= LAPACK_MIN_UNKNOWNS:
-        for i in range(m):  # LAPACK reads one triangle; make it the lower one
-            for j in range(i + 1, m):
-                S[i, j] = S[j, i]
-        for j in range(m):
-            if not S[j, j] > 0.0:
-                return False
-        try:
-            S[:, :] = np.linalg.cholesky(S)
-        except Exception:  # not positive definite
+    for j in range(m):
+        acc = S[j, j]
+        for k in range(j):
+            acc -= S[j, k] * S[j, k]
+        if not acc > 0.0:
             return False
-    else:
-        for j in range(m):
-            acc = S[j, j]
+        piv = np.sqrt(acc)
+        S[j, j] = piv
+        for i in range(j + 1, m):
+            acc = S[i, j]
             for k in range(j):
-                acc -= S[j, k] * S[j, k]
-            if not acc > 0.0:
-                return False
-            piv = np.sqrt(acc)
-            S[j, j] = piv
-            for i in range(j + 1, m):
-                acc = S[i, j]
-                for k in range(j):
-                    acc -= S[i, k] * S[j, k]
-                S[i, j] = acc / piv
+                acc -= S[i, k] * S[j, k]
+            S[i, j] = acc / piv
     for i in range(m):
         acc = x[i]
         for k in range(i):
@@ -275,6 +253,75 @@ def _cholesky_solve(S, x):  # pragma: no cover - compiled
             acc -= S[k, i] * x[k]
         x[i] = acc / S[i, i]
     return True
+
+
+def _jacobian_apply(WT, A, BsT, t, reg, H, out):  # pragma: no cover - compiled
+    # dE[H] + reg H (fedep.core.ssn._jacobian_apply): K = A H + W^T (Bs * s),
+    # s_i = <Bs_i, (W H)_i>; (W H)^T = H W^T as H is symmetric.
+    YT = H @ WT
+    s = np.sum(BsT * YT, axis=0)
+    K = A @ H + WT @ (BsT * s).T
+    for a in range(H.shape[0]):
+        for b in range(H.shape[0]):
+            out[a, b] = t * (K[a, b] + K[b, a]) + reg * H[a, b]
+
+
+def _newton_cg(WT, BT, t, tau, E, reg, x):  # pragma: no cover - compiled
+    # Preconditioned CG on (dE + reg I)[x] = -E (fedep.core.ssn._newton_cg, step for
+    # step); x is the output. Returns the CG iterations, -1 if the inputs are not
+    # finite (x is then NaN).
+    r, n = WT.shape
+    aw = np.empty(n)
+    f = np.empty(n)
+    for i in range(n):
+        bb = 0.0
+        for p in range(r):
+            bb += BT[p, i] * BT[p, i]
+        nv = np.sqrt(bb)
+        if nv > tau:
+            c = tau / nv
+            aw[i] = 1.0 - c
+            f[i] = np.sqrt(c) / nv
+        else:
+            aw[i] = 0.0
+            f[i] = 0.0
+    A = (WT * aw) @ WT.T
+    BsT = BT * f
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(E))):
+        x[:, :] = np.nan
+        return -1
+    lam, Q = np.linalg.eigh(A)
+    den = np.empty((r, r))
+    for a in range(r):
+        for b in range(r):
+            den[a, b] = t * (lam[a] + lam[b]) + reg
+    QT = np.ascontiguousarray(Q.T)
+    x[:, :] = 0.0
+    res = -E
+    stop = CG_RTOL * np.sqrt(np.sum(res * res))
+    z = Q @ ((QT @ res @ Q) / den) @ QT
+    p = z.copy()
+    rz = np.sum(res * z)
+    q = np.empty((r, r))
+    it = 0
+    if not np.sqrt(np.sum(res * res)) > stop:
+        return it
+    for _ in range(CG_MAX_ITER):
+        it += 1
+        _jacobian_apply(WT, A, BsT, t, reg, p, q)
+        pq = np.sum(p * q)
+        if not pq > 0.0:  # rounding: keep the iterate reached
+            break
+        alpha = rz / pq
+        x += alpha * p
+        res -= alpha * q
+        if np.sqrt(np.sum(res * res)) <= stop:
+            break
+        z = Q @ ((QT @ res @ Q) / den) @ QT
+        rz_new = np.sum(res * z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return it
 
 
 def _merit(WT, BT, tau, nb):  # pragma: no cover - compiled
@@ -389,32 +436,32 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
             singular = True
             break
         n_iter += 1
-        _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa)
         reg = kappa * t * max(min(res, 0.2), 1e-11)
-        for p in range(m):
-            J[p, p] += reg
-            step[p] = -E[ia[p], ib[p]]
-        # diag(wgt) J is symmetric positive semi-definite (the Jacobian of a monotone
-        # map in vech coordinates), so the regularised system is solved by Cholesky;
-        # LU with pivoting is the fallback should rounding leave a pivot <= 0.
-        for q in range(m):
-            step2[q] = wgt[q] * step[q]
-            for p in range(m):
-                Sm[q, p] = wgt[q] * J[q, p]
-        if _cholesky_solve(Sm, step2):
-            step[:] = step2
+        if m >= CG_MIN_UNKNOWNS:
+            _newton_cg(WT, BT, t, tau, E, reg, dL)
         else:
-            _lu_solve(J, step)
-        finite = True
-        for p in range(m):
-            if not np.isfinite(step[p]):
-                finite = False
-        if not finite:
+            _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa)
+            for p in range(m):
+                J[p, p] += reg
+                step[p] = -E[ia[p], ib[p]]
+            # diag(wgt) J is symmetric positive semi-definite (the Jacobian of a
+            # monotone map in vech coordinates), so the regularised system is solved by
+            # Cholesky; LU with pivoting is the fallback should rounding leave a pivot
+            # <= 0.
+            for q in range(m):
+                step2[q] = wgt[q] * step[q]
+                for p in range(m):
+                    Sm[q, p] = wgt[q] * J[q, p]
+            if _cholesky_solve(Sm, step2):
+                step[:] = step2
+            else:
+                _lu_solve(J, step)
+            for p in range(m):
+                dL[ia[p], ib[p]] = step[p]
+                dL[ib[p], ia[p]] = step[p]
+        if not np.all(np.isfinite(dL)):
             singular = True
             break
-        for p in range(m):
-            dL[ia[p], ib[p]] = step[p]
-            dL[ib[p], ia[p]] = step[p]
         # Slope of psi along the step, (t/2) <E, dL>; acceptance as the reference.
         slope = 0.0
         for a in range(r):
@@ -492,10 +539,17 @@ def _ssn(WT, gradT, t, tau, Lam, tol, max_iter, ia, ib, wgt, T1, sc, DT, ws):  #
 
 
 def _ssn_workspace(n, r, m):  # pragma: no cover - compiled
+    # The dense Newton system's arrays (J, Sm, UT, step, step2) only below
+    # CG_MIN_UNKNOWNS: at rank 80 they would take 170 MB.
+    if m >= CG_MIN_UNKNOWNS:
+        m = 0
+        n_u = 0
+    else:
+        n_u = n
     return (
         np.empty((r, n)), np.empty((r, n)), np.empty((r, n)), np.empty((r, n)),
         np.empty((r, r)), np.empty((r, r)), np.empty((r, r)), np.empty((r, r)),
-        np.empty((m, m)), np.empty((m, m)), np.empty((m, n)), np.empty(m), np.empty(m),
+        np.empty((m, m)), np.empty((m, m)), np.empty((m, n_u)), np.empty(m), np.empty(m),
         np.empty(n), np.empty(n), np.empty(n),
     )  # fmt: skip
 
@@ -510,12 +564,22 @@ def _matmul_small(A, B, out):  # pragma: no cover - compiled
             out[a, b] = acc
 
 
+#: Rank from which the compiled polar retraction takes LAPACK's eigh for (A^T A)^{-1/2}.
+EIGH_MIN_RANK = 16
+
+
 def _inv_sqrt_spd(M, K, V):  # pragma: no cover - compiled
     # K = M^{-1/2} for symmetric positive definite M (overwritten). Near the identity
     # (every retraction of a small step) the coupled Newton-Schulz iteration
     # converges quadratically in a few r x r products; otherwise cyclic Jacobi
-    # rotations. Both are cheaper than a LAPACK call's set-up at r ~ 5.
+    # rotations. Both are cheaper than a LAPACK call's set-up at r ~ 5; from
+    # EIGH_MIN_RANK their r^3 loops cost more than LAPACK's eigh (at rank 80 a
+    # retraction took 40 ms by Jacobi rotations).
     r = M.shape[0]
+    if r >= EIGH_MIN_RANK:
+        lam, Q = np.linalg.eigh(M)
+        K[:, :] = (Q / np.sqrt(lam)) @ Q.T
+        return
     dist = 0.0
     for a in range(r):
         for b in range(r):
@@ -719,6 +783,8 @@ _eval = _jit(_eval)
 _jacobian = _jit(_jacobian)
 _lu_solve = _jit(_lu_solve)
 _cholesky_solve = _jit(_cholesky_solve)
+_jacobian_apply = _jit(_jacobian_apply)
+_newton_cg = _jit(_newton_cg)
 _merit = _jit(_merit)
 _slope_at = _jit(_slope_at)
 _expand_search = _jit(_expand_search)
