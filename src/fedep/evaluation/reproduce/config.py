@@ -147,13 +147,10 @@ MODES: dict[str, dict[str, Any]] = {
             # Validation prefers ranks above 30 on the generic path's wider encodings
             # (TON-IoT: 173 encoded features; pooled PCA's validation ROC AUC rises to
             # rank 80), so the grid reaches 80 (ranks at or above the number of features
-            # are skipped) ...
+            # are skipped), for every method: FedEP's W-step solves its Newton system
+            # matrix-free from rank 15 (benchmarks/bench_wstep.py: 0.14 s for 3 ManPG
+            # iterations at rank 80, where the dense solve took 5.3 s).
             "ranks": [5, 10, 20, 30, 40, 60, 80],
-            # ... except for FedEP, whose W-step solves a dense Newton system of
-            # r(r+1)/2 unknowns per client (LAPACK from rank 15, benchmarks/
-            # bench_wstep.py: 0.56 s per client-step at rank 60, 2.4 s at rank 80, one
-            # core), so its grid stops at 60.
-            "max_rank": {"FedEP": 60},
             "alphas": [1.0, 4.0],
             "n_rounds": 30,
             "tol": 1e-4,
