@@ -204,3 +204,12 @@ def test_files_from_before_the_named_stop_reasons_load_with_todays_name(
     old = _rewrite(tmp_path / "m.fedep", tmp_path / "old.fedep", older)
     assert fedep.load(old).stop_reason_ == reason
     assert fedep.load(tmp_path / "m.fedep").stop_reason_ == "max_rounds"  # others kept
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"m.fedep"])
+def test_a_path_that_is_not_a_path_is_one_clear_type_error(data, bad):
+    det = _fit(PooledPCA, data)
+    with pytest.raises(TypeError, match="model file's path must be a str or os.PathLike"):
+        fedep.load(bad)
+    with pytest.raises(TypeError, match="model file's path must be a str or os.PathLike"):
+        fedep.save(det, bad)

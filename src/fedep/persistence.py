@@ -17,6 +17,7 @@ Persistence imports the estimators; the estimators never import persistence.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,15 @@ __all__ = ["ModelFileError", "save_model", "load_model"]
 _DETECTORS = detectors.DETECTORS
 
 
+def _model_path(path) -> Path:
+    """``path`` as a Path; a clear TypeError for anything that is not a path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"a model file's path must be a str or os.PathLike, got {type(path).__name__}"
+        )
+    return Path(path)
+
+
 def save_model(det, path, *, sign_key=None) -> None:
     """Write a fitted detector to ``path`` (conventionally ``*.fedep``), atomically.
 
@@ -44,6 +54,7 @@ def save_model(det, path, *, sign_key=None) -> None:
     sign_key : optional
         Signs the file (see :func:`fedep.modelfile.write_model_file`).
     """
+    path = _model_path(path)
     check_is_fitted(det, "components_")
     if type(det).__name__ not in _DETECTORS:
         raise TypeError(f"cannot save a {type(det).__name__}")
@@ -94,7 +105,7 @@ def load_model(path, *, verify_key=None, require_signature=False):
         format version this fedep cannot read, or inconsistent (one line
         ``model file PATH: inconsistent content (...)`` naming the field).
     """
-    path = Path(path)
+    path = _model_path(path)
     meta, files = read_model_file(path, verify_key=verify_key, require_signature=require_signature)
     try:
         return _detector_from(meta, files)
