@@ -33,16 +33,13 @@ def subproblem_value(W, g, t, beta, D):
     return np.sum(g * D) + np.sum(D * D) / (2 * t) + beta * l21_norm(W + D)
 
 
-@pytest.mark.parametrize("seed", range(50))
-def test_ssn_matches_independent_admm(seed):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(4, 15))
-    r = int(rng.integers(1, min(5, n - 1) + 1))
+def _assert_ssn_solves_the_subproblem(rng, n, r, beta_max, tol):
+    """SSN against the independent ADMM, and its KKT conditions, on one random instance."""
     W = random_stiefel(n, r, rng)
     g = rng.standard_normal((n, r)) * rng.uniform(0.5, 5)
     t = float(rng.uniform(0.05, 1.0))
-    beta = float(rng.uniform(0.0, 1.5))
-    sol = ssn_direction(W, g, t, t * beta, tol=1e-13)
+    beta = float(rng.uniform(0.0, beta_max))
+    sol = ssn_direction(W, g, t, t * beta, tol=tol)
     assert sol.converged[0]
     ref = admm_direction(W, g, t, beta)
     assert np.max(np.abs(sol.D - ref)) <= 1e-6
@@ -55,6 +52,14 @@ def test_ssn_matches_independent_admm(seed):
     for _ in range(5):
         P = project_tangent(W, rng.standard_normal((n, r)))
         assert f0 <= subproblem_value(W, g, t, beta, sol.D + 1e-4 * P) + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_ssn_matches_independent_admm(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 15))
+    r = int(rng.integers(1, min(5, n - 1) + 1))
+    _assert_ssn_solves_the_subproblem(rng, n, r, beta_max=1.5, tol=1e-13)
 
 
 def test_beta_zero_gives_projected_gradient_step():
@@ -192,14 +197,4 @@ def test_ssn_above_the_cg_threshold_matches_independent_admm(seed):
     rng = np.random.default_rng(seed)
     n, r = 30, 16
     assert r * (r + 1) // 2 >= CG_MIN_UNKNOWNS
-    W = random_stiefel(n, r, rng)
-    g = rng.standard_normal((n, r)) * rng.uniform(0.5, 5)
-    t = float(rng.uniform(0.05, 1.0))
-    beta = float(rng.uniform(0.0, 3.0))
-    sol = ssn_direction(W, g, t, t * beta, tol=1e-12)
-    assert sol.converged[0]
-    ref = admm_direction(W, g, t, beta)
-    assert np.max(np.abs(sol.D - ref)) <= 1e-6
-    assert np.linalg.norm(W.T @ sol.D + sol.D.T @ W) <= 1e-10
-    B = W - t * (g - W @ sol.Lam)
-    assert np.allclose(sol.D, prox_l21(B, t * beta) - W, atol=1e-12)
+    _assert_ssn_solves_the_subproblem(rng, n, r, beta_max=3.0, tol=1e-12)

@@ -356,25 +356,18 @@ def _jacobian(W, B, t, tau):
     with ``Q_j = w_j^T bhat_j``.
     """
     d, n, r = W.shape
-    nrm = np.sqrt(np.einsum("dnr,dnr->dn", B, B))
-    active = nrm > tau[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = np.where(active, tau[:, None] / nrm, 0.0)
-        # Rows of B scaled by sqrt(c)/||b||, so term 2 is one Gram product.
-        f = np.where(active, np.sqrt(c) / nrm, 0.0)
-    a = np.where(active, 1.0 - c, 0.0)
-    A = _T(W) @ (a[..., None] * W)  # (d, r, r)
+    # Rows of B scaled by sqrt(c)/||b|| (Bh), so term 2 is one Gram product.
+    A, Bh = _jacobian_factors(W, B, tau)
     ia, ib, wgt = _vech_index(r)
     if r <= _DENSE_MAP_MAX_RANK:
         K, L, Lw = _dense_maps(r)
         m = L.shape[1]
         J = (A.reshape(d, r * r) @ K).reshape(d, m, m)
-        Q = (W[..., :, None] * (B * f[..., None])[..., None, :]).reshape(d * n, r * r)
+        Q = (W[..., :, None] * Bh[..., None, :]).reshape(d * n, r * r)
         u = (Q @ L).reshape(d, n, m)  # rows: sqrt(c_j) vech(sym(Q_j))
         J += _T(u) @ (u * (2.0 * wgt))
     else:
         J = _term1(A, ia, ib)
-        Bh = B * f[..., None]
         u = 0.5 * (W[..., ia] * Bh[..., ib] + W[..., ib] * Bh[..., ia])  # (d, n, m)
         J += 2.0 * _T(u) @ (u * wgt)
     J *= t[:, None, None]
