@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedep.core._linalg import thin_svd
+
 __all__ = ["top_subspace", "pooled_pca", "local_pca", "oneshot_merge", "client_sketch"]
 
 
@@ -18,7 +20,7 @@ def top_subspace(G: np.ndarray, r: int) -> np.ndarray:
 
 def pooled_pca(X: np.ndarray, r: int) -> np.ndarray:
     """Top-r right singular subspace of the pooled (centred) records."""
-    _, _, vt = np.linalg.svd(X, full_matrices=False)
+    _, _, vt = thin_svd(X)
     return vt[:r].T
 
 
@@ -57,7 +59,7 @@ def client_sketch(X: np.ndarray, k: int) -> np.ndarray:
         s = np.sqrt(np.clip(lam[::-1], 0.0, None))
         k = min(k, n)
         return V[:, ::-1][:, :k] * s[:k]
-    _, s, vt = np.linalg.svd(X, full_matrices=False)
+    _, s, vt = thin_svd(X)
     k = min(k, s.size)
     return vt[:k].T * s[:k]
 
@@ -69,5 +71,5 @@ def oneshot_merge(sketches: list[np.ndarray], r: int) -> np.ndarray:
     every client sends its full-rank sketch.
     """
     M = np.hstack(sketches)
-    u, _, _ = np.linalg.svd(M, full_matrices=False)
+    u, _, _ = thin_svd(M)
     return u[:, :r]

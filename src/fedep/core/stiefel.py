@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedep.core._linalg import thin_svd
+
 __all__ = [
     "sym",
     "project_tangent",
@@ -90,7 +92,7 @@ def polar(A: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (..., n, r)
     """
-    P, _, Qt = np.linalg.svd(A, full_matrices=False)
+    P, _, Qt = thin_svd(A)
     return P @ Qt
 
 

@@ -117,6 +117,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fedep.core._linalg import thin_svd
 from fedep.core.scoring import residual_energy
 from fedep.core.stats import (
     Moments,
@@ -399,7 +400,7 @@ def ppca_distance(X: np.ndarray, mean, B: np.ndarray, lam, sigma2):
 def _ppca_fit(X, r):
     """ML PPCA of the rows of ``X``: (mean, basis, lam, sigma2)."""
     mu = X.mean(axis=0)
-    _, _, vt = np.linalg.svd(X - mu, full_matrices=False)
+    _, _, vt = thin_svd(X - mu)
     B = vt[:r].T
     T = (X - mu) @ B
     R = (X - mu) - T @ B.T
