@@ -59,6 +59,18 @@ def test_scores_are_residual_energy_and_contributions_sum():
     assert np.allclose(residual_energy(X @ B @ B.T, B), 0, atol=1e-12)
 
 
+def test_residual_energy_in_blocks_equals_one_pass(monkeypatch):
+    from fedep.core import scoring
+
+    rng = np.random.default_rng(3)
+    B = np.linalg.qr(rng.standard_normal((5, 2)))[0]
+    X = rng.standard_normal((23, 5))
+    whole = residual_energy(X, B)
+    monkeypatch.setattr(scoring, "ENERGY_BLOCK_ROWS", 4)  # 6 blocks, the last of 3 rows
+    np.testing.assert_allclose(scoring.residual_energy(X, B), whole, rtol=1e-13, atol=1e-15)
+    assert scoring.residual_energy(X[:0], B).shape == (0,)
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=12), st.integers(0, 1000))
 def test_federated_moments_equal_pooled(sizes, seed):
