@@ -460,7 +460,7 @@ def ablation_rank_sections(res: dict) -> list[str]:
     L.append(short_table(res["ablation"], "case"))
     L.append("\n## Rank (clean, first seed, honest threshold)\n")
     L.append(
-        "Rounds per rank (budget; FedEP's W-step cost grows steeply with r): "
+        "Rounds per rank: "
         + ", ".join(f"r={k}: {v}" for k, v in cfg["rank_rounds"].items())
         + ". Ranks >= the number of features are skipped.\n\n"
     )
