@@ -15,18 +15,17 @@ from __future__ import annotations
 from fedep.core._kernels._jit import HAVE_NUMBA, numba
 from fedep.core._kernels.data import dual_step, fused_data_step, gram_terms
 from fedep.core._kernels.fedpg import fedpg_clients
-from fedep.core._kernels.wstep import (
-    _cholesky_solve,
-    _expand_search,
-    _inv_sqrt_spd,
-    _lu_solve,
-    _newton_cg,
-    _retract,
-    _ssn,
-    _ssn_workspace,
-    manpg_clients,
-    vech_maps,
-)
+
+# Private compiled pieces, re-exported (``as`` the same name) for the kernel tests.
+from fedep.core._kernels.wstep import _cholesky_solve as _cholesky_solve
+from fedep.core._kernels.wstep import _expand_search as _expand_search
+from fedep.core._kernels.wstep import _inv_sqrt_spd as _inv_sqrt_spd
+from fedep.core._kernels.wstep import _lu_solve as _lu_solve
+from fedep.core._kernels.wstep import _newton_cg as _newton_cg
+from fedep.core._kernels.wstep import _retract as _retract
+from fedep.core._kernels.wstep import _ssn as _ssn
+from fedep.core._kernels.wstep import _ssn_workspace as _ssn_workspace
+from fedep.core._kernels.wstep import manpg_clients, vech_maps
 
 __all__ = [
     "HAVE_NUMBA",
@@ -47,18 +46,6 @@ _PUBLIC = {
     "gram_terms": gram_terms,
     "manpg_clients": manpg_clients,
 }
-
-# Private compiled pieces, re-exported for the kernel tests.
-_ = (
-    _cholesky_solve,
-    _expand_search,
-    _inv_sqrt_spd,
-    _lu_solve,
-    _newton_cg,
-    _retract,
-    _ssn,
-    _ssn_workspace,
-)
 
 
 def pick(kernel: str, name: str):

@@ -136,12 +136,10 @@ def _eval(WT, B0T, t, tau, Lam, BT, DT, E, nrm):  # pragma: no cover - compiled
     return np.sqrt(res)
 
 
-def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - compiled
-    # Row j of B with ||b_j|| > tau has c_j = tau/||b_j||, a_j = 1 - c_j (else 0, 0).
-    # Term 2 is the Gram matrix of the rows of UT, whose column j is
-    # sqrt(c_j) vech(sym(w_j bhat_j^T)); term 1 is H -> A H + H A, A = W^T diag(a) W.
-    r, n = WT.shape
-    m = wgt.size
+def _row_factors(BT, tau, aa, f):  # pragma: no cover - compiled
+    # Row j of B with ||b_j|| > tau has c_j = tau/||b_j||: aa[j] = a_j = 1 - c_j and
+    # f[j] = sqrt(c_j)/||b_j|| (both 0 on rows cut), as fedep.core.ssn._jacobian_factors.
+    r, n = BT.shape
     for i in range(n):
         aa[i] = 0.0
     for p in range(r):
@@ -153,10 +151,18 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
         if nv > tau:
             c = tau / nv
             aa[i] = 1.0 - c
-            f[i] = 0.5 * np.sqrt(c) / nv
+            f[i] = np.sqrt(c) / nv
         else:
             aa[i] = 0.0
             f[i] = 0.0
+
+
+def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - compiled
+    # Term 2 is the Gram matrix of the rows of UT, whose column j is
+    # sqrt(c_j) vech(sym(w_j bhat_j^T)); term 1 is H -> A H + H A, A = W^T diag(a) W.
+    r, n = WT.shape
+    m = wgt.size
+    _row_factors(BT, tau, aa, f)
     # vech order is the row-major upper triangle: (0, 0), (0, 1), ..., (1, 1), ...
     Aext = np.zeros(r * r + 1)  # slot r*r stays 0 for the index map T1
     p = 0
@@ -169,7 +175,7 @@ def _jacobian(WT, BT, t, tau, wgt, T1, sc, J, UT, f, aa):  # pragma: no cover - 
             u = UT[p]
             acc = 0.0
             for i in range(n):
-                u[i] = f[i] * (wk[i] * bq[i] + wq[i] * bk[i])
+                u[i] = 0.5 * f[i] * (wk[i] * bq[i] + wq[i] * bk[i])
                 acc += aa[i] * wk[i] * wq[i]
             Aext[k * r + q] = acc
             Aext[q * r + k] = acc
@@ -273,18 +279,7 @@ def _newton_cg(WT, BT, t, tau, E, reg, x):  # pragma: no cover - compiled
     r, n = WT.shape
     aw = np.empty(n)
     f = np.empty(n)
-    for i in range(n):
-        bb = 0.0
-        for p in range(r):
-            bb += BT[p, i] * BT[p, i]
-        nv = np.sqrt(bb)
-        if nv > tau:
-            c = tau / nv
-            aw[i] = 1.0 - c
-            f[i] = np.sqrt(c) / nv
-        else:
-            aw[i] = 0.0
-            f[i] = 0.0
+    _row_factors(BT, tau, aw, f)
     A = (WT * aw) @ WT.T
     BsT = BT * f
     if not (np.all(np.isfinite(A)) and np.all(np.isfinite(E))):
@@ -780,6 +775,7 @@ def _manpg(
 _gw = _jit(_gw)
 _objective = _jit(_objective)
 _eval = _jit(_eval)
+_row_factors = _jit(_row_factors)
 _jacobian = _jit(_jacobian)
 _lu_solve = _jit(_lu_solve)
 _cholesky_solve = _jit(_cholesky_solve)
