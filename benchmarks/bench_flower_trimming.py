@@ -2,7 +2,7 @@
 
 Gateways hold IID partitions of a real dataset's normal training rows (node config
 ``dataset``, ``max-rows``, ``feature-set``), driven through the real ServerApp and
-ClientApp in this process (:func:`fedep.federation.flower.run_local`, messages
+ClientApp in this process (:func:`fedep.flower.run_local`, messages
 serialised as on the network). Reports the projector distance between the two global
 bases, the kept counts of each concentration step, the ``query.trim`` exchanges per
 operation, the bytes they moved, and the wall and process time of both runs.
@@ -44,8 +44,8 @@ def main(argv=None) -> dict:
 
     from fedep import FedEP
     from fedep.core.stiefel import projector_distance
-    from fedep.federation.flower import run_local
-    from fedep.federation.flower.protocol import load_gateway_data
+    from fedep.flower import run_local
+    from fedep.flower.protocol import load_gateway_data
 
     cfgs = [
         {

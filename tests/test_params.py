@@ -63,7 +63,7 @@ def test_table_covers_every_parameter_with_a_help_text():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_flower_run_config_defaults_are_the_estimators(method):
-    from fedep.federation.flower.server_app import DEFAULT_RUN_CONFIG
+    from fedep.flower.server_app import DEFAULT_RUN_CONFIG
 
     est = make_estimator(method, params_from_run_config(DEFAULT_RUN_CONFIG, method))
     fixed = {"case1": fedep.ABLATION_CASES["I"], "case2": fedep.ABLATION_CASES["II"],
@@ -115,7 +115,7 @@ def test_invalid_values_get_the_estimators_message_on_every_path(method, params)
 
 def test_flower_server_rejects_before_any_message(monkeypatch, tmp_path):
     pytest.importorskip("flwr")
-    from fedep.federation.flower import run_local
+    from fedep.flower import run_local
 
     monkeypatch.setenv("FLWR_HOME", str(tmp_path))
     cfgs = [{"partition-id": i, "synthetic-seed": 1} for i in range(2)]
@@ -127,7 +127,7 @@ def test_flower_server_rejects_before_any_message(monkeypatch, tmp_path):
 
 def test_flower_gateways_build_the_servers_estimator(monkeypatch, tmp_path):
     pytest.importorskip("flwr")
-    from fedep.federation.flower import run_local
+    from fedep.flower import run_local
 
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
     cfgs = [

@@ -10,7 +10,7 @@ from fedep.federation.server import merge_reports, server_round, validate_report
 
 pytest.importorskip("flwr")
 
-from fedep.federation.flower import FaultPlan, run_local  # noqa: E402
+from fedep.flower import FaultPlan, run_local  # noqa: E402
 
 N, R = 6, 2
 

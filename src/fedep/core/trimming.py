@@ -57,7 +57,7 @@ fixed point stops both.
 The loop is :func:`concentration_steps`, written once against :class:`TrimRecords`
 (the gateways' answers: counts, sums, kept moments): the in-process ``fit`` drives it
 over :class:`LocalRecords`, a Flower server over messages to the gateways
-(``fedep.federation.flower.server_app.RemoteRecords``), with the same results. The
+(``fedep.flower.server_app.RemoteRecords``), with the same results. The
 per-feature medians of the robust start are searched in lockstep
 (:func:`order_statistics`: one count query for every feature per step).
 
@@ -570,7 +570,7 @@ class TrimRecords(Protocol):
     Every method takes the standardisation ``mean``, ``scale`` (n,) the gateways
     apply to their records, and ``params`` for :func:`record_values`. In-process:
     :class:`LocalRecords`; over Flower, messages to the gateways
-    (``fedep.federation.flower.server_app.RemoteRecords``).
+    (``fedep.flower.server_app.RemoteRecords``).
     """
 
     def counts(self, kind: str, mean, scale, params: dict):

@@ -4,10 +4,10 @@ Three ways to run the same federation:
 
 - in-process (default: the estimators, through :func:`fedep.federation.rounds.run_rounds`);
 - Flower apps driven in this process (:func:`run_local`): the real
-  :data:`~fedep.federation.flower.server_app.app` and
-  :data:`~fedep.federation.flower.client_app.app`, messages through an in-memory grid;
+  :data:`~fedep.flower.server_app.app` and
+  :data:`~fedep.flower.client_app.app`, messages through an in-memory grid;
 - a deployment: one SuperLink and N SuperNodes as separate processes
-  (:mod:`fedep.federation.flower.launch`), the run submitted with ``flwr run``.
+  (:mod:`fedep.flower.launch`), the run submitted with ``flwr run``.
 
 Every gateway loads its own records from its node configuration, sends only
 model-side quantities (moments, bases, duals, scalar metrics) and writes its
@@ -35,11 +35,11 @@ __all__ = [
 # Imported on first use: a ClientApp process imports ``client_app`` through this
 # package, and must not pay for the ServerApp's imports (scikit-learn) on every message.
 _LAZY = {
-    "DEFAULT_RUN_CONFIG": "fedep.federation.flower.server_app",
-    "run_federation": "fedep.federation.flower.server_app",
-    "FaultPlan": "fedep.federation.flower.local",
-    "LocalGrid": "fedep.federation.flower.local",
-    "run_local": "fedep.federation.flower.local",
+    "DEFAULT_RUN_CONFIG": "fedep.flower.server_app",
+    "run_federation": "fedep.flower.server_app",
+    "FaultPlan": "fedep.flower.local",
+    "LocalGrid": "fedep.flower.local",
+    "run_local": "fedep.flower.local",
     "FederationResult": "fedep.federation.rounds",
 }
 

@@ -15,8 +15,8 @@ from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.data import load_dataset  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
 from fedep.features import FeaturePipeline  # noqa: E402
-from fedep.federation.flower import run_local  # noqa: E402
-from fedep.federation.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
+from fedep.flower import run_local  # noqa: E402
+from fedep.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
 
 pytestmark = pytest.mark.realdata
 

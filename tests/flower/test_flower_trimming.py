@@ -11,8 +11,8 @@ pytest.importorskip("flwr")
 from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP, FedPG  # noqa: E402
-from fedep.federation.flower import FaultPlan, run_local  # noqa: E402
-from fedep.federation.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
+from fedep.flower import FaultPlan, run_local  # noqa: E402
+from fedep.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
 from fedep.params import InvalidParameterError  # noqa: E402
 
 R = 3
@@ -144,7 +144,7 @@ def test_trimming_over_flower_is_the_inprocess_fit(tmp_path, method, cls, params
 
 
 def test_a_bad_trim_value_is_refused_before_any_message(tmp_path):
-    from fedep.federation.flower import DEFAULT_RUN_CONFIG
+    from fedep.flower import DEFAULT_RUN_CONFIG
 
     # derived from the estimators' parameter table like every other key
     assert {"trim-steps", "trim-share", "trim-start", "contamination"} <= set(DEFAULT_RUN_CONFIG)
@@ -186,7 +186,7 @@ def test_trimming_queries_are_signed_and_verified(tmp_path):
 
 
 def test_a_malformed_trimming_reply_ends_the_run_naming_its_gateway():
-    from fedep.federation.flower.server_app import Gateways, RemoteRecords
+    from fedep.flower.server_app import Gateways, RemoteRecords
 
     gw = Gateways(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={1: "a", 2: "b"})
     records = RemoteRecords(None, gw, timeout=1.0, min_clients=1)
@@ -205,8 +205,8 @@ def _counting_records(values: dict, lie: dict | None = None):
     (label -> 1-D array); ``lie[label](counts) -> counts`` falsifies a gateway's counts."""
     from flwr.app import ConfigRecord, RecordDict
 
-    from fedep.federation.flower.protocol import to_array_record
-    from fedep.federation.flower.server_app import Gateways, RemoteRecords
+    from fedep.flower.protocol import to_array_record
+    from fedep.flower.server_app import Gateways, RemoteRecords
 
     lie = lie or {}
 
@@ -265,8 +265,8 @@ def test_a_gateway_lying_in_a_count_search_ends_the_run_naming_it(lie, says):
 def test_a_cut_reply_whose_moments_disagree_with_its_kept_count_ends_the_run():
     from flwr.app import ConfigRecord, RecordDict
 
-    from fedep.federation.flower.protocol import to_array_record
-    from fedep.federation.flower.server_app import Gateways, RemoteRecords
+    from fedep.flower.protocol import to_array_record
+    from fedep.flower.server_app import Gateways, RemoteRecords
 
     def reply(n_kept, n_moments):
         return _Reply(

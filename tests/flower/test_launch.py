@@ -1,4 +1,4 @@
-"""The local Flower launcher as a user runs it: ``python -m fedep.federation.flower.launch``.
+"""The local Flower launcher as a user runs it: ``python -m fedep.flower.launch``.
 
 Bad arguments are answered in one line (exit 2) before any process starts; a gateway
 whose data is broken is reported in ``result.json["failed"]`` and fails the run (exit 1,
@@ -23,9 +23,9 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from fedep.federation.flower import launch  # noqa: E402
-from fedep.federation.flower.launch import UsageError, log_error  # noqa: E402
-from fedep.federation.flower.protocol import (  # noqa: E402
+from fedep.flower import launch  # noqa: E402
+from fedep.flower.launch import UsageError, log_error  # noqa: E402
+from fedep.flower.protocol import (  # noqa: E402
     GatewayDataError,
     holds_table,
     load_gateway_data,
@@ -33,7 +33,7 @@ from fedep.federation.flower.protocol import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = "fedep.federation.flower.launch"
+MODULE = "fedep.flower.launch"
 
 
 # ---------------------------------------------------------------------- helpers
@@ -290,7 +290,7 @@ def test_generic_partition_is_a_table_with_one_line_errors(tmp_path):
 
 def test_client_app_imports_no_scikit_learn():
     code = (
-        "import sys, fedep.federation.flower.client_app as c; "
+        "import sys, fedep.flower.client_app as c; "
         "bad = [m for m in ('sklearn', 'scipy.stats', 'fedep.params') if m in sys.modules]; "
         "print(bad)"
     )
@@ -300,7 +300,7 @@ def test_client_app_imports_no_scikit_learn():
 
 
 def test_broken_gateway_is_in_failed_in_process(tmp_path):
-    from fedep.federation.flower import run_local
+    from fedep.flower import run_local
 
     nodes = [
         {"data-path": str(_write_csv(tmp_path / "g0.csv", 0)), "client-label": "0"},

@@ -24,9 +24,9 @@ from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.data import read_table  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
 from fedep.features import FeaturePipeline  # noqa: E402
-from fedep.federation.flower import run_local  # noqa: E402
-from fedep.federation.flower.protocol import load_gateway_table  # noqa: E402
 from fedep.federation.rounds import FederationResult  # noqa: E402
+from fedep.flower import run_local  # noqa: E402
+from fedep.flower.protocol import load_gateway_table  # noqa: E402
 
 RUN = {"n-components": 2, "n-rounds": 4, "tol": 0.0, "random-state": 0}
 LABELS = ["a", "b", "c"]
@@ -323,7 +323,7 @@ def test_bad_pipeline_option_is_refused_before_any_round(tmp_path):
 def test_gateway_checks_the_servers_pipeline():
     # a malformed (or hostile) pipeline in a server message fails the reply with one
     # line naming the field, before any record is encoded with it
-    from fedep.federation.flower.client_app import _pipeline
+    from fedep.flower.client_app import _pipeline
 
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"x": rng.normal(size=50), "p": np.where(np.arange(50) % 2, "a", "b")})

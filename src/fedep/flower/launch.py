@@ -2,7 +2,7 @@
 
 One line::
 
-    python -m fedep.federation.flower.launch --gateways 3 --dataset nsl-kdd \\
+    python -m fedep.flower.launch --gateways 3 --dataset nsl-kdd \\
         --max-rows 3000 --n-rounds 10 --out runs/flower
 
 starts ``flower-superlink`` and ``flower-supernode`` processes on 127.0.0.1
@@ -85,8 +85,8 @@ dependencies = []
 publisher = "fedep"
 
 [tool.flwr.app.components]
-serverapp = "fedep.federation.flower.server_app:app"
-clientapp = "fedep.federation.flower.client_app:app"
+serverapp = "fedep.flower.server_app:app"
+clientapp = "fedep.flower.client_app:app"
 
 [tool.flwr.app.config]
 {config}
@@ -145,10 +145,10 @@ def _toml_value(v) -> str:
 def write_app(app_dir, run_config: dict | None = None) -> Path:
     """Write the Flower App project (``pyproject.toml``) that ``flwr run`` submits.
 
-    The app code is the installed :mod:`fedep.federation.flower`; the project only
+    The app code is the installed :mod:`fedep.flower`; the project only
     names its components and the default run config.
     """
-    from fedep.federation.flower.server_app import DEFAULT_RUN_CONFIG
+    from fedep.flower.server_app import DEFAULT_RUN_CONFIG
 
     app_dir = Path(app_dir)
     app_dir.mkdir(parents=True, exist_ok=True)
@@ -462,9 +462,7 @@ def _iterative_methods() -> dict[str, type]:
 
 
 def _base_parser(methods) -> _Parser:
-    ap = _Parser(
-        prog="python -m fedep.federation.flower.launch", description=__doc__.split("\n")[0]
-    )
+    ap = _Parser(prog="python -m fedep.flower.launch", description=__doc__.split("\n")[0])
     ap.add_argument("--gateways", type=int, required=True, help="number of SuperNodes (>= 1)")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", help="nsl-kdd, unsw-nb15 or ton-iot: partitioned by gateway")

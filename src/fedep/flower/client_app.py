@@ -31,7 +31,7 @@ from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments
-from fedep.federation.flower.protocol import (
+from fedep.flower.protocol import (
     GatewayDataError,
     arrays_of,
     holds_table,

@@ -136,7 +136,7 @@ class LocalGrid(Grid):
 
 
 def _tamper(reply: Message, kind: str) -> None:
-    from fedep.federation.flower.protocol import arrays_of, to_array_record
+    from fedep.flower.protocol import arrays_of, to_array_record
 
     a = arrays_of(reply.content["local"])
     if kind == "nan":
@@ -174,7 +174,7 @@ def run_local(
     node_configs : list of dict
         Each gateway's node config (as ``--node-config`` would give it).
     run_config : dict, optional
-        ServerApp run config (see :data:`~fedep.federation.flower.DEFAULT_RUN_CONFIG`);
+        ServerApp run config (see :data:`~fedep.flower.DEFAULT_RUN_CONFIG`);
         ``min-nodes`` defaults to the number of gateways.
     faults : FaultPlan, optional
 
@@ -184,8 +184,8 @@ def run_local(
     grid : LocalGrid
         For inspection (``grid.sent``, ``grid.contexts``).
     """
-    from fedep.federation.flower.client_app import app as client_app
-    from fedep.federation.flower.server_app import run_federation
+    from fedep.flower.client_app import app as client_app
+    from fedep.flower.server_app import run_federation
 
     grid = LocalGrid(client_app, node_configs, faults=faults)
     cfg = {"min-nodes": len(node_configs), "node-wait-s": 0.0, **(run_config or {})}

@@ -55,15 +55,15 @@ from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
 from fedep.core.trimming import add_ppca_sums
-from fedep.federation.flower.protocol import (
+from fedep.federation.rounds import FederationResult, TooFewClients
+from fedep.federation.server import merge_reports, validate_report
+from fedep.flower.protocol import (
     arrays_of,
     message_nbytes,
     sign_message,
     sort_labels,
     to_array_record,
 )
-from fedep.federation.rounds import FederationResult, TooFewClients
-from fedep.federation.server import merge_reports, validate_report
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
     make_estimator,
@@ -158,7 +158,7 @@ class SigningGrid:
     """A grid that signs every message it pushes (gateways with ``verify-key`` check).
 
     Signatures cover the message type, group and every record (see
-    :func:`~fedep.federation.flower.protocol.content_digest`), so a gateway configured
+    :func:`~fedep.flower.protocol.content_digest`), so a gateway configured
     with the server's key refuses a global model, a setup or a query that is unsigned
     or altered on the way.
     """
@@ -778,9 +778,9 @@ def run_federation(
     Parameters
     ----------
     grid : flwr.serverapp.Grid
-        The ServerApp's grid (deployment or :class:`~fedep.federation.flower.LocalGrid`).
+        The ServerApp's grid (deployment or :class:`~fedep.flower.LocalGrid`).
     run_config : dict, optional
-        Keys of :data:`~fedep.federation.flower.protocol.DEFAULT_RUN_CONFIG`.
+        Keys of :data:`~fedep.flower.protocol.DEFAULT_RUN_CONFIG`.
     callback : callable, optional
         ``callback(round, V, record)`` after each round.
     """
