@@ -190,7 +190,7 @@ _META: dict[str, _Value] = {
 }
 
 #: The fitted scalars, ``meta["scalars"]``: those of :func:`save_model` and of every
-#: detector's ``_persist_scalars`` (a test checks that each has an entry). Only
+#: detector's ``persisted_scalars`` (a test checks that each has an entry). Only
 #: ``threshold_`` and ``n_features_in_`` are required: files written before the others
 #: existed still load.
 _SCALARS: dict[str, _Value] = {

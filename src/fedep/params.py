@@ -225,6 +225,10 @@ def validate_params(est) -> None:
             raise InvalidParameterError(
                 f"The {name!r} parameter of {cls} must be a finite number. Got {v!r} instead."
             )
+    # rules between parameters that the table cannot state (OneShotPCA's sketch_rank)
+    combined = getattr(est, "_check_param_combinations", None)
+    if combined is not None:
+        combined()
 
 
 # ---------------------------------------------------------------------- methods

@@ -9,7 +9,7 @@ fitted feature pipeline (``features_``, as its versioned
 :meth:`~fedep.features.FeaturePipeline.to_dict` JSON in the meta, so the integrity
 digest covers it), the fit history and the fedep version. Loading builds the estimator from its
 parameters, validates them with the estimator's own rules, and makes it fitted
-through the same ``_set_fitted`` as ``fit``; any inconsistency is a
+through the same ``set_fitted`` as ``fit``; any inconsistency is a
 :class:`~fedep.modelfile.ModelFileError` naming the file.
 
 Persistence imports the estimators; the estimators never import persistence.
@@ -28,6 +28,7 @@ from fedep._json import jsonable
 from fedep._model_content import _META, _SCALARS, _check_arrays, _check_object, _check_pipeline_dict
 from fedep.features import FeaturePipeline
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
+from fedep.params import validate_params
 
 __all__ = ["ModelFileError", "save_model", "load_model"]
 
@@ -78,7 +79,7 @@ def save_model(det, path, *, sign_key=None) -> None:
             "threshold_": float(det.threshold_),
             "n_features_in_": int(det.n_features_in_),
             "clients_kind": np.asarray(det.clients_).dtype.kind,
-            **{k: jsonable(getattr(det, k)) for k in det._persist_scalars if hasattr(det, k)},
+            **{k: jsonable(getattr(det, k)) for k in det.persisted_scalars if hasattr(det, k)},
         },
         "history": jsonable(getattr(det, "history_", None)),
         "feature_names_in_": (
@@ -123,7 +124,7 @@ def _detector_from(meta: dict, files: dict):
     cls = _DETECTORS.get(meta["class"])
     if cls is None:
         raise ValueError(f"unknown detector class {meta['class']!r}")
-    known = ("threshold_", "n_features_in_", "clients_kind", *cls._persist_scalars)
+    known = ("threshold_", "n_features_in_", "clients_kind", *cls.persisted_scalars)
     sc = meta["scalars"]
     _check_object(sc, {k: _SCALARS[k] for k in known}, "scalars")
     _check_arrays(files, sc.get("clients_kind"))
@@ -133,9 +134,9 @@ def _detector_from(meta: dict, files: dict):
         if set(spec) != {"FeaturePipeline"} or not isinstance(spec["FeaturePipeline"], dict):
             raise ValueError("params['features'] must be {'FeaturePipeline': {...}}")
         params["features"] = FeaturePipeline(**spec["FeaturePipeline"])
-        params["features"]._validate_params()
+        validate_params(params["features"])
     det = cls(**params)
-    det._validate_params()
+    validate_params(det)
     pipe = _pipeline_from(meta.get("features"))
     names = meta.get("feature_names_in_")
     if pipe is not None and names is not None and set(names) != set(pipe.feature_names_in_):
@@ -143,7 +144,7 @@ def _detector_from(meta: dict, files: dict):
     clients = files["clients_"]
     if sc.get("clients_kind") in ("i", "u"):
         clients = clients.astype(np.int64)
-    det._set_fitted(
+    det.set_fitted(
         components=files["components_"],
         client_components=files["client_components_"],
         clients=clients,
@@ -155,7 +156,7 @@ def _detector_from(meta: dict, files: dict):
     )
     det.threshold_ = float(sc["threshold_"])
     det.client_thresholds_ = np.asarray(files["client_thresholds_"], dtype=float)
-    for k in cls._persist_scalars:
+    for k in cls.persisted_scalars:
         if k in sc:
             setattr(det, k, sc[k])
     if isinstance(getattr(det, "stop_reason_", None), str):
@@ -184,7 +185,7 @@ def _pipeline_from(data):
         raise ValueError(f"feature pipeline: {exc}") from None
     try:
         pipe = FeaturePipeline.from_dict(data)
-        pipe._validate_params()
+        validate_params(pipe)
     except Exception as exc:  # any malformed content: one line, via ModelFileError
         what = " ".join(str(exc).split()) or type(exc).__name__
         raise ValueError(f"unreadable feature pipeline: {what}") from None

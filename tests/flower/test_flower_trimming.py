@@ -186,9 +186,10 @@ def test_trimming_queries_are_signed_and_verified(tmp_path):
 
 
 def test_a_malformed_trimming_reply_ends_the_run_naming_its_gateway():
-    from fedep.flower.server_app import Gateways, RemoteRecords
+    from fedep.flower.gateways import RemoteRecords
+    from fedep.flower.transport import Roster
 
-    gw = Gateways(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={1: "a", 2: "b"})
+    gw = Roster(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={1: "a", 2: "b"})
     records = RemoteRecords(None, gw, timeout=1.0, min_clients=1)
     assert records.parse([("a", {"x": 1})], lambda rep: rep["x"]) == [1]
     with pytest.raises(RuntimeError, match="^gateway b sent a malformed record-trimming reply"):
@@ -205,8 +206,9 @@ def _counting_records(values: dict, lie: dict | None = None):
     (label -> 1-D array); ``lie[label](counts) -> counts`` falsifies a gateway's counts."""
     from flwr.app import ConfigRecord, RecordDict
 
+    from fedep.flower.gateways import RemoteRecords
     from fedep.flower.protocol import to_array_record
-    from fedep.flower.server_app import Gateways, RemoteRecords
+    from fedep.flower.transport import Roster
 
     lie = lie or {}
 
@@ -226,7 +228,7 @@ def _counting_records(values: dict, lie: dict | None = None):
             return out
 
     labels = list(values)
-    gw = Gateways(order=labels, node_of={lab: i for i, lab in enumerate(labels)}, label_of={})
+    gw = Roster(order=labels, node_of={lab: i for i, lab in enumerate(labels)}, label_of={})
     return Records(None, gw, timeout=1.0, min_clients=1)
 
 
@@ -265,8 +267,9 @@ def test_a_gateway_lying_in_a_count_search_ends_the_run_naming_it(lie, says):
 def test_a_cut_reply_whose_moments_disagree_with_its_kept_count_ends_the_run():
     from flwr.app import ConfigRecord, RecordDict
 
+    from fedep.flower.gateways import RemoteRecords
     from fedep.flower.protocol import to_array_record
-    from fedep.flower.server_app import Gateways, RemoteRecords
+    from fedep.flower.transport import Roster
 
     def reply(n_kept, n_moments):
         return _Reply(
@@ -286,7 +289,7 @@ def test_a_cut_reply_whose_moments_disagree_with_its_kept_count_ends_the_run():
             self.sent.append(op)
             return [("a", reply(5, 5)), ("b", reply(4, self.b_moments))]
 
-    gw = Gateways(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={})
+    gw = Roster(order=["a", "b"], node_of={"a": 1, "b": 2}, label_of={})
     ok = Records(None, gw, timeout=1.0, min_clients=1)
     ok.b_moments = 4
     assert ok.cut("ppca", 0.0, 1.0, {}, 0.5, 1)[0] == 9

@@ -227,4 +227,4 @@ def test_every_decision_field_of_the_wrong_type_is_refused(model, field):
 def test_the_schema_covers_every_fitted_array_and_scalar():
     assert set(_ARRAYS) == set(FITTED_ARRAYS)
     for cls in DETECTORS.values():
-        assert set(cls._persist_scalars) <= set(_SCALARS), cls
+        assert set(cls.persisted_scalars) <= set(_SCALARS), cls

@@ -85,7 +85,13 @@ def build_estimator(args: argparse.Namespace):
     ValueError
         An option of another method, or the estimator's own message for a bad value.
     """
-    from fedep.params import make_estimator, make_pipeline, option_name, params_from_args
+    from fedep.params import (
+        make_estimator,
+        make_pipeline,
+        option_name,
+        params_from_args,
+        validate_params,
+    )
 
     params = params_from_args(args)
     overrides = pipeline_overrides(args)
@@ -104,7 +110,7 @@ def build_estimator(args: argparse.Namespace):
     ):
         params["features"] = "numeric"  # a hand-written feature set, as the reproduction
     det = make_estimator(args.method, params)
-    det._validate_params()  # the estimator's full check (e.g. OneShotPCA's sketch_rank)
+    validate_params(det)  # the estimator's full check (e.g. OneShotPCA's sketch_rank)
     return det
 
 

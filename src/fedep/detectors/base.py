@@ -1,7 +1,7 @@
 """The base detector: validation, federated standardisation, fitted state, scoring.
 
-One definition of a fitted detector (:meth:`BaseFederatedDetector._set_fitted` then
-:meth:`BaseFederatedDetector._process_decision_scores`), used by ``fit``, by loading
+One definition of a fitted detector (:meth:`BaseFederatedDetector.set_fitted` then
+:meth:`BaseFederatedDetector.fit_thresholds`), used by ``fit``, by loading
 (:mod:`fedep.persistence`) and by a Flower gateway. Subclasses supply the basis
 (``_fit_clients``) through hooks.
 """
@@ -20,18 +20,18 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from fedep.core.baselines import client_sketch, oneshot_merge
-from fedep.core.rank import choose_rank, client_gram
 from fedep.core.scoring import feature_contributions, residual_energy
-from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import random_stiefel
 from fedep.core.trimming import (
-    LocalRecords,
     ScoreCounts,
     concentration_steps,
     estimate_contamination,
     log_scores,
 )
+from fedep.data.readers.frames import release_arrow_memory
+from fedep.detectors.driver import check_rank, fit_gateways
 from fedep.features import FeaturePipeline
+from fedep.federation.gateways import LocalGateways
 from fedep.params import validate_params
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -43,7 +43,7 @@ ABLATION_CASES: dict[str, dict[str, Any]] = {
 }
 
 #: The arrays that make a detector fitted (and that a model file stores), with the
-#: scalars ``threshold_`` and ``n_features_in_``: see ``_set_fitted``.
+#: scalars ``threshold_`` and ``n_features_in_``: see ``set_fitted``.
 FITTED_ARRAYS = (
     "components_",
     "client_components_",
@@ -105,21 +105,25 @@ class BaseFederatedDetector(BaseEstimator):
     Subclasses declare ``_parameter_constraints`` (the one parameter table: see
     :mod:`fedep.params`) and implement ``_fit_clients(blocks, rng)`` returning the
     global basis (n_features, n_components) and the per-client bases
-    (d, n_features, n_components). A detector is fitted by :meth:`_set_fitted` (the
-    arrays of :data:`FITTED_ARRAYS`) followed by :meth:`_process_decision_scores`
+    (d, n_features, n_components). A detector is fitted by :meth:`set_fitted` (the
+    arrays of :data:`FITTED_ARRAYS`) followed by :meth:`fit_thresholds`
     (the threshold rule), whether by ``fit``, by a Flower gateway or by loading.
     """
 
     _parameter_constraints: dict = dict(_COMMON_CONSTRAINTS)
 
     #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
-    _persist_scalars: tuple[str, ...] = (
+    persisted_scalars: tuple[str, ...] = (
         "contamination_",
         "score_mean_",
         "score_std_",
         "n_components_",
         "rank_reason_",
     )
+
+    #: Whether the fit is rounds of messages (FedEP, FedPG), which any transport
+    #: carries; the closed forms need the records in one place (in-process only).
+    runs_rounds = False
 
     def _validate_params(self):
         validate_params(self)
@@ -172,68 +176,41 @@ class BaseFederatedDetector(BaseEstimator):
         self._validate_params()
         X, pipe, names_in = self._fit_input(X, groups)
         if pipe is not None:
-            from fedep.data.readers.frames import release_arrow_memory
-
             release_arrow_memory()  # the encoded table (when the caller let it go)
-        if self.n_components != "auto" and self.n_components > X.shape[1]:
-            raise ValueError(f"n_components={self.n_components} must be <= n_features={X.shape[1]}")
-        rng = np.random.default_rng(self.random_state)
+        check_rank(self.n_components, X.shape[1])
         labels, blocks, order = self._split_clients(X, groups)
         del X  # the blocks hold the rows (views of X where they can): one copy, not two
+        names = getattr(self, "feature_names_in_", None)
+        gateways = LocalGateways(labels, blocks, pipe, feature_names=names)
         t0 = time.perf_counter()
-        mean, scale, constant = self._standardization(blocks, pipe)
-        self.n_components_, reason = self._choose_rank(blocks, mean, scale)
-        records = LocalRecords(blocks)
-
-        def fit_kept(mean, scale, V, same):
-            Z = records.standardized(mean, scale)
-            # Set before the rounds, so that a callback can score with them.
-            self.mean_, self.scale_, self.constant_features_ = mean, scale, constant
-            V0 = V if self._warm_start(V, same) else None
-            V, Wc = self._fit_clients(records.kept(Z), rng, V0)
-            return V, (Wc, Z)
-
-        mean, scale, V, (Wc, Z) = self._trimmed_fit(records, fit_kept, mean, scale)
+        out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))
         self.fit_time_ = time.perf_counter() - t0
-        self._set_fitted(
-            components=V.T,
-            client_components=np.swapaxes(Wc, 1, 2),
+        self.set_fitted(
+            components=out.components,
+            client_components=np.swapaxes(out.client_bases, 1, 2),
             clients=labels,
-            mean=mean,
-            scale=scale,
-            constant_features=constant,
+            mean=out.std.mean,
+            scale=out.std.scale,
+            constant_features=out.std.constant,
             feature_names=names_in,
             features=pipe,
-            rank_reason=reason,
+            rank_reason=out.rank_reason,
         )
-        self._process_decision_scores(None, Z, order)
+        self.fit_thresholds(None, gateways.standardized(out.std), order)
         return self
 
-    def _choose_rank(self, blocks, mean, scale) -> tuple[int, str]:
-        """The rank and why: ``n_components``, or for ``"auto"`` the optimal hard
-        threshold of the merged spectrum (:func:`fedep.core.rank.choose_rank`).
+    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
+        """The fit on the gateways' kept records, standardised by ``std`` (hook of
+        :func:`~fedep.detectors.driver.fit_gateways`).
 
-        Each client sends the Gram matrix of its standardised records (n_features x
-        n_features; no record); the server sums them. ``blocks`` (iterable of (N_i,
-        n_features)) are the clients' records, ``mean`` / ``scale`` (n_features,) the
-        global standardisation; the Gram matrices are formed a slice of records at a
-        time (:func:`fedep.core.rank.client_gram`), never a standardised copy.
+        Returns the global basis (n_features, r, orthonormal), the personalised bases
+        (d, n_features, r; None where they stay on the gateways) and the rounds'
+        :class:`~fedep.federation.rounds.FederationResult` (None for a closed form).
+        This default is a closed form on the records themselves (``_fit_clients``),
+        which only an in-process transport gives.
         """
-        if self.n_components != "auto":
-            r = int(self.n_components)
-            return r, f"r={r}: n_components={r} given"
-        cap, why = self._rank_cap()
-        gram, counts = 0.0, []
-        for b in blocks:
-            gram = gram + client_gram(b, mean, scale)
-            counts.append(b.shape[0])
-        choice = choose_rank(
-            gram,
-            counts,
-            max_rank=cap,
-            max_rank_reason=why,
-        )
-        return choice.rank, choice.reason
+        V, Wc = self._fit_clients(gateways.kept_blocks(std), rng, V0)
+        return V, Wc, None
 
     def _rank(self) -> int:
         """The rank the hooks use: ``n_components``, or ``n_components_`` chosen by this
@@ -283,34 +260,6 @@ class BaseFederatedDetector(BaseEstimator):
         Z = check_array(Z, dtype=np.float64, ensure_min_samples=2)
         return Z, pipe, [str(c) for c in X.columns]
 
-    def _standardization(self, blocks, pipe=None):
-        """Federated standardisation: each client sends (count, mean, m2) per feature.
-
-        With a feature pipeline that scales, its own federated scaling replaces this
-        one (mean 0, scale 1).
-        """
-        with np.errstate(over="ignore", invalid="ignore"):
-            pooled = combine_moments(client_moments(b) for b in blocks)
-        bad = np.flatnonzero(~(np.isfinite(pooled.mean) & np.isfinite(pooled.m2)))
-        if bad.size:
-            # the sums of squares of values beyond ~1e154 overflow float64: a scale of
-            # inf would make every score 0 (the feature pipeline log-transforms such
-            # columns; the numeric path takes the values as they are)
-            j = int(bad[0])
-            names = getattr(self, "feature_names_in_", None)
-            what = f"feature {str(names[j])!r}" if names is not None else f"feature {j}"
-            top = max(float(np.max(np.abs(b[:, j]))) if len(b) else 0.0 for b in blocks)
-            raise ValueError(
-                f"{what}: values up to {top:.3g} overflow float64 moments; rescale it "
-                "(e.g. log1p) or fit a DataFrame with features='auto'"
-            )
-        mean, scale, constant = standardization_from_moments(pooled)
-        if pipe is not None and pipe.scale_rule is not None:
-            mean, scale = np.zeros_like(mean), np.ones_like(scale)
-        elif not self.standardize:
-            scale = np.ones_like(scale)
-        return mean, scale, constant
-
     def _trimmed_fit(self, records, fit, mean, scale):
         """``fit`` on every record, or record trimming by concentration steps
         (``trim_steps``; :func:`fedep.core.trimming.concentration_steps`, the one loop
@@ -353,7 +302,7 @@ class BaseFederatedDetector(BaseEstimator):
         return mean, scale, V, fitted
 
     # ------------------------------------------------------------------ fitted state
-    def _set_fitted(
+    def set_fitted(
         self,
         *,
         components,
@@ -419,7 +368,7 @@ class BaseFederatedDetector(BaseEstimator):
         if features is None and names is not None and len(names) == self.n_features_in_:
             self.feature_names_out_ = names
 
-    def _process_decision_scores(self, Z, blocks, order=None) -> None:
+    def fit_thresholds(self, Z, blocks, order=None) -> None:
         """The threshold rule, from training scores only (PyOD's idea of the same name).
 
         ``decision_scores_`` are the global scores of the standardised training rows

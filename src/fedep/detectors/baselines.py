@@ -113,8 +113,8 @@ class OneShotPCA(BaseFederatedDetector):
 
     _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}
 
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_param_combinations(self) -> None:
+        """``sketch_rank >= n_components`` (called by :func:`fedep.params.validate_params`)."""
         if (
             self.sketch_rank is not None
             and self.n_components != "auto"

@@ -8,16 +8,19 @@ from numbers import Real
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from fedep._json import jsonable
+from fedep.core.baselines import oneshot_merge
 from fedep.core.cohort import cohort_spec, make_cohort
 from fedep.core.fedep import FedEPSettings
 from fedep.core.fedpg import FedPGSettings
-from fedep.core.stiefel import polar
+from fedep.core.stiefel import polar, random_stiefel
 from fedep.detectors.base import (
     _COMMON_CONSTRAINTS,
     _FEDERATION_CONSTRAINTS,
     _POSITIVE_INT,
     BaseFederatedDetector,
 )
+from fedep.federation.gateways import GatewaySetup
 from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, run_rounds
 
 
@@ -27,13 +30,16 @@ class _FederatedMixin:
     #: The server step of :func:`fedep.federation.server.server_round`.
     _method = ""
 
-    def _cohort_spec(self) -> dict:  # pragma: no cover - abstract
+    #: Fitted by rounds of messages, so over any transport (Flower included).
+    runs_rounds = True
+
+    def cohort_spec(self) -> dict:  # pragma: no cover - abstract
         """These parameters as the core's cohort specification (:mod:`fedep.core.cohort`)."""
         raise NotImplementedError
 
     def _make_cohort(self, blocks, V0):
         """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
-        return make_cohort(self._cohort_spec(), blocks, V0)
+        return make_cohort(self.cohort_spec(), blocks, V0)
 
     def _run_rounds(self, clients, V0, rng, on_round=None):
         """The one round loop with these parameters, over in-process or remote clients."""
@@ -54,16 +60,33 @@ class _FederatedMixin:
         """Whether the round loop starts with re-merges (FedEP with ``S``)."""
         return False
 
-    def _fit_clients(self, blocks, rng, V0=None):
-        if V0 is None:
-            V0 = self._init_basis(blocks, rng)
-        cohort = self._make_cohort(blocks, V0)
-        res = self._run_rounds(cohort, V0, rng, self.callback)
-        self._set_federation_result(res)
-        # W alone: state_arrays() would also copy every record's U and A (FedEP)
-        return polar(res.V), cohort.W.copy()
+    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
+        """Setup and rounds on the gateways' kept records (the driver's fit step).
 
-    def _set_federation_result(self, res, *, warn: bool = True) -> None:
+        Every gateway takes the standardisation ``std`` and these parameters (and
+        replies its one-shot sketch unless the fit is warm, ``V0`` given, or
+        ``init="random"``); the round loop then runs from ``V0``, the merge of the
+        sketches or a random basis.
+        """
+        r = self._rank()
+        sketch_rank = r if V0 is None and self.init == "oneshot" else 0
+        params = {k: v for k, v in self.get_params(deep=False).items() if k != "callback"}
+        setup = GatewaySetup(
+            params=jsonable(params),
+            spec=self.cohort_spec(),
+            rank=r,
+            rank_reason=self.rank_reason_,
+            sketch_rank=sketch_rank,
+        )
+        sketches = gateways.setup(std, setup)
+        if V0 is None:
+            n = std.mean.shape[0]
+            V0 = oneshot_merge(sketches, r) if sketch_rank else random_stiefel(n, r, rng)
+        res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round)
+        self.set_federation_result(res, warn=warn)
+        return polar(res.V), gateways.client_bases(), res
+
+    def set_federation_result(self, res, *, warn: bool = True) -> None:
         """History, rounds and stop reason of a federation (in-process or Flower)."""
         if warn and res.stop_reason != TOL_REASONS[self._method] and self.tol > 0:
             why = (
@@ -260,7 +283,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         :data:`fedep.federation.rounds.STOP_REASONS`).
     """
 
-    _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
+    persisted_scalars = (*BaseFederatedDetector.persisted_scalars, "n_iter_", "stop_reason_")
     _method = "fedep"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
@@ -332,7 +355,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         # Without S the cleaned records are the raw ones: nothing to re-merge.
         return bool(self.remerge and self.sparse_corruption)
 
-    def _cohort_spec(self) -> dict:
+    def cohort_spec(self) -> dict:
         settings = FedEPSettings(
             alpha=float(self.alpha),
             mu=float(self.mu),
@@ -413,7 +436,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
     fit met ``tol``.
     """
 
-    _persist_scalars = (*BaseFederatedDetector._persist_scalars, "n_iter_", "stop_reason_")
+    persisted_scalars = (*BaseFederatedDetector.persisted_scalars, "n_iter_", "stop_reason_")
     _method = "fedpg"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
@@ -472,7 +495,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.random_state = random_state
         self.callback = callback
 
-    def _cohort_spec(self) -> dict:
+    def cohort_spec(self) -> dict:
         settings = FedPGSettings(
             lr=None if self.lr is None else float(self.lr),
             rho=float(self.rho),

@@ -50,7 +50,7 @@ import heapq
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -1029,3 +1029,27 @@ def merge_summaries(summaries: Iterable[ColumnSummaries]) -> ColumnSummaries:
         max_categories=max(p.max_categories for p in parts),
         sketch_size=size,
     )
+
+
+def align_summaries(summaries: Sequence[ColumnSummaries]) -> list[ColumnSummaries]:
+    """The gateways' summaries over the union of their columns (first seen, in order).
+
+    A column that a gateway's table lacks is summarised there as all missing: what a
+    fit in one process sees when the gateways' tables are concatenated into one
+    DataFrame (``pandas.concat`` fills them with missing values), so that a federation
+    over Flower and the in-process ``fit`` make the same decisions.
+    """
+    names: list[str] = []
+    for p in summaries:
+        names += [n for n in p.columns if n not in names]
+    out = []
+    for p in summaries:
+        cols = {
+            n: p.columns.get(n)
+            or ColumnSummary(
+                name=n, n_rows=p.n_rows, n_null=p.n_rows, sketch=LogHistogram(p.sketch_size)
+            )
+            for n in names
+        }
+        out.append(replace(p, columns=cols))
+    return out

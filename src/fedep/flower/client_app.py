@@ -376,7 +376,7 @@ def setup(msg: Message, context: Context) -> Message:
     meta = _meta(context)
     meta.update(json.loads(str(msg.content["settings"]["json"])))
     # Validated once here, with the estimator's own rules; rounds reuse the spec.
-    meta["spec"] = _estimator(meta)._cohort_spec()
+    meta["spec"] = _estimator(meta).cohort_spec()
     _set_meta(context, meta)
     if _COHORT in context.state.array_records:
         del context.state[_COHORT]  # a new fit starts from scratch
@@ -413,7 +413,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     """The gateway's fitted detector: global basis + its personalised basis (and the
     run's feature pipeline, ``features_``, when the gateway's table went through one).
 
-    Fitted by the estimator's own ``_set_fitted`` and ``_process_decision_scores``:
+    Fitted by the estimator's own ``set_fitted`` and ``fit_thresholds``:
     ``threshold_`` (global basis) and ``client_thresholds_`` (personal basis) come
     from this gateway's own training scores (the pooled quantile an in-process fit
     uses would need every gateway's scores).
@@ -427,7 +427,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     W = _load_cohort(context, final["V"]).state_arrays()["W"][0]
     label = meta["label"]
     pipe = _pipeline(meta["features"]) if meta.get("features") else None
-    det._set_fitted(
+    det.set_fitted(
         components=components,
         client_components=W.T[None],
         clients=np.array([int(label)]) if label.lstrip("-").isdigit() else np.array([label]),
@@ -438,14 +438,14 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         features=pipe,
         rank_reason=meta.get("rank_reason") or None,
     )
-    det._process_decision_scores(block, [block])
+    det.fit_thresholds(block, [block])
     res = FederationResult(
         V=final["V"],
         history=final["history"],
         stop_reason=str(final["stop_reason"]),
         n_rounds=int(final["n_rounds"]),
     )
-    det._set_federation_result(res, warn=False)
+    det.set_federation_result(res, warn=False)
     det.trim_history_ = list(final.get("trim_history") or [])
     det.n_trim_steps_ = len(det.trim_history_)
     return det

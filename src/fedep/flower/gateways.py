@@ -1,0 +1,560 @@
+"""The gateways over Flower: :class:`FlowerGateways`, the fit driver's transport.
+
+Each phase of :class:`fedep.federation.gateways.Gateways` is one message per gateway
+(:func:`fedep.flower.transport.ask`), answered by the ClientApp's handler of the same
+name (:mod:`fedep.flower.client_app`):
+
+============================  ===============================  =========================
+phase                         message                          reply
+============================  ===============================  =========================
+first contact                 ``query.moments``                label, moments or
+                                                               ``source = table``
+``features``                  ``query.summaries``,             column summaries,
+                              ``query.feature_moments``        moments of encoded features
+``moments`` (raw tables)      ``query.moments`` + pipeline     moments of its outputs
+``gram``                      ``query.gram``                   ``Z_i^T Z_i``, count
+``records``                   ``query.trim``                   counts and sums
+``setup``                     ``train.setup``                  ack (+ one-shot sketch)
+``round_clients``             ``train``                        ``W_i, Pi_i, nu_i``, metrics
+``finalize``                  ``evaluate.finalize``            thresholds
+============================  ===============================  =========================
+
+Every reply is checked against what was asked (shapes, finiteness, counts) and a
+malformed one is refused with one line naming its gateway. No record, score or kept
+set leaves a gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.logger import log
+
+from fedep._json import jsonable
+from fedep.core.fedep import RoundReport
+from fedep.core.stats import Moments
+from fedep.core.trimming import add_ppca_sums
+from fedep.features import ColumnSummaries, FeaturePipeline
+from fedep.features.summaries import align_summaries
+from fedep.federation.gateways import GatewaySetup, Standardization
+from fedep.federation.rounds import TooFewClients
+from fedep.federation.server import merge_reports, validate_report
+from fedep.flower.protocol import arrays_of, sort_labels, to_array_record
+from fedep.flower.transport import Roster, ask, exchange
+
+__all__ = ["FlowerGateways", "RemoteClients", "RemoteCounts", "RemoteRecords"]
+
+
+def _moments_of(rep: Message) -> Moments:
+    a = arrays_of(rep.content["moments"])
+    return Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"])
+
+
+def _json_record(key: str, data: dict) -> RecordDict:
+    return RecordDict({key: ConfigRecord({"json": json.dumps(jsonable(data))})})
+
+
+def _report_from(rep: Message) -> RoundReport:
+    a = arrays_of(rep.content["local"])
+    m = dict(rep.content["metrics"])
+    return RoundReport(
+        W=np.asarray(a["W"], dtype=float),
+        Pi=np.asarray(a["Pi"], dtype=float),
+        nu=np.asarray(a["nu"], dtype=float).reshape(-1),
+        metrics={k: np.array([float(v)]) for k, v in m.items()},
+        sketch=np.asarray(a["sketch"], dtype=float) if "sketch" in a else None,
+    )
+
+
+class FlowerGateways:
+    """:class:`~fedep.federation.gateways.Gateways` over a Flower grid.
+
+    Made by :meth:`connect` (the first contact); every later phase is one exchange.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    roster : Roster
+        The gateways that answered the first contact.
+    method : str
+        The estimator's method name, sent with the setup (each gateway rebuilds and
+        validates the estimator).
+    timeout : float
+        Longest wait for one phase's replies.
+    min_clients : int
+        Fewest gateways a phase may continue with.
+    max_misses : int
+        Rounds in a row a gateway may miss before it leaves the run.
+    pipeline_params : dict
+        The feature pipeline's parameters (gateways holding raw tables).
+    first_moments : list of Moments or None
+        The numeric gateways' moments from the first contact (None: raw tables).
+    """
+
+    def __init__(
+        self,
+        grid,
+        roster: Roster,
+        *,
+        method: str,
+        timeout: float,
+        min_clients: int,
+        max_misses: int,
+        pipeline_params: dict | None = None,
+        first_moments: list[Moments] | None = None,
+    ):
+        self.grid, self.roster, self.method = grid, roster, method
+        self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
+        self.pipeline_params = dict(pipeline_params or {})
+        self._moments = first_moments
+        self._pipe: FeaturePipeline | None = None
+        self._records: RemoteRecords | None = None
+        self._clients: RemoteClients | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        return self.roster.order
+
+    def _ask(self, content, message_type: str, phase: str, what: str, **kw):
+        return ask(
+            self.grid,
+            self.roster,
+            content,
+            message_type,
+            phase=phase,
+            what=what,
+            timeout=self.timeout,
+            min_clients=self.min_clients,
+            **kw,
+        )
+
+    @classmethod
+    def connect(
+        cls,
+        grid,
+        nodes: list[int],
+        *,
+        features: str,
+        timeout: float,
+        min_clients: int,
+        **kw,
+    ) -> FlowerGateways:
+        """The first contact: every node's label and its moments (or, with
+        ``features="auto"`` and a raw table, ``source = table``).
+
+        A duplicated label ends the run; so do fewer than ``min_clients`` answers and
+        a run mixing raw tables with numeric sources.
+        """
+        content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
+        replies, failed, sent, received = exchange(
+            grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
+        )
+        label_of = {nid: str(rep.content["client"]["label"]) for nid, rep in replies.items()}
+        if len(set(label_of.values())) != len(label_of):
+            raise RuntimeError(f"two gateways share a client label: {sorted(label_of.values())}")
+        order = sort_labels(list(label_of.values()))
+        roster = Roster(
+            order=order, node_of={lab: n for n, lab in label_of.items()}, label_of=label_of
+        )
+        roster.fail(failed, "moments")
+        roster.add_bytes("moments", sent, received)
+        roster.keep_answered(replies, min_clients, "the first contact")
+        by_label = {lab: replies[roster.node_of[lab]] for lab in order}
+        tables = [lab for lab in order if "source" in by_label[lab].content]
+        numeric = [lab for lab in order if lab not in tables]
+        if tables and numeric:
+            raise RuntimeError(
+                "features='auto': gateways "
+                + ", ".join(tables)
+                + " hold raw tables (data-path) but gateways "
+                + ", ".join(numeric)
+                + " hold numeric records (dataset partition or synthetic); give every "
+                "gateway the same kind of source, or run with features='numeric'"
+            )
+        first = None if tables else [_moments_of(by_label[lab]) for lab in order]
+        return cls(
+            grid, roster, timeout=timeout, min_clients=min_clients, first_moments=first, **kw
+        )
+
+    def features(self) -> FeaturePipeline | None:
+        """The feature pipeline of gateways holding raw tables, in two phases:
+        ``query.summaries`` (each gateway's column summaries -> merged -> decisions)
+        and ``query.feature_moments`` (moments of the encoded features -> scaling)."""
+        if self._moments is not None:
+            return None
+        pipe = FeaturePipeline(**self.pipeline_params)
+        sent = {"params": jsonable(pipe.get_params())}
+        content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(sent)})})
+        replies = self._ask(content, "query.summaries", "summaries", "the column summaries")
+        summaries = []
+        for lab, rep in replies:
+            try:
+                text = str(rep.content["summary"]["json"])
+                summaries.append(ColumnSummaries.from_dict(json.loads(text)))
+            except (ValueError, KeyError, TypeError) as exc:  # FeatureError is a ValueError
+                # e.g. a gateway of another fedep version (its summaries' version differs)
+                raise RuntimeError(f"gateway {lab}: unreadable column summaries: {exc}") from None
+        pipe.fit_from_summaries(align_summaries(summaries))
+        if not any(d.used for d in pipe.decisions_):
+            raise RuntimeError(
+                "the feature pipeline kept no column of the gateways' tables (every column "
+                "was excluded: identifiers, addresses, timestamps, constants, free text ...)"
+            )
+        if pipe.scale_rule is not None:
+            content = _json_record("pipeline", pipe.to_dict())
+            replies = self._ask(
+                content, "query.feature_moments", "feature_moments", "the feature moments"
+            )
+            pipe.fit_scaling([_moments_of(rep) for _, rep in replies])
+        log(INFO, "fedep: feature pipeline fitted: %d features", len(pipe.get_feature_names_out()))
+        self._pipe = pipe
+        return pipe
+
+    def moments(self) -> list[Moments]:
+        """The first contact's moments, or (raw tables) the moments of the pipeline's
+        outputs: the fitted pipeline goes to every gateway, which transforms its table
+        and keeps the result."""
+        if self._moments is None:
+            content = _json_record(
+                "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
+            )
+            replies = self._ask(content, "query.moments", "moments", "the moments")
+            self._moments = [_moments_of(rep) for _, rep in replies]
+        return self._moments
+
+    def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
+        content = RecordDict({"std": to_array_record(**_std_arrays(std))})
+        replies = self._ask(content, "query.gram", "gram", "the Gram matrices")
+        n = std.mean.shape[0]
+        total, counts = np.zeros((n, n)), []
+        for lab, rep in replies:
+            G = np.asarray(arrays_of(rep.content["gram"])["G"], dtype=float)
+            if G.shape != (n, n) or not np.isfinite(G).all():
+                raise RuntimeError(f"gateway {lab} sent a malformed Gram matrix {G.shape}")
+            total += G
+            counts.append(int(rep.content["count"]["count"]))
+        return total, counts
+
+    def records(self) -> RemoteRecords:
+        if self._records is None:
+            self._records = RemoteRecords(self.grid, self.roster, self.timeout, self.min_clients)
+        return self._records
+
+    def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
+        """``train.setup``: the standardisation and the estimator's parameters to every
+        gateway still in the run; each validates the estimator, drops its previous model
+        state and replies its sketch when ``setup.sketch_rank`` > 0."""
+        records = self.records()
+        self.roster.order = [lab for lab in self.roster.order if lab in records.labels]
+        settings = {
+            "method": self.method,
+            "params": setup.params,
+            "rank": setup.rank,
+            "rank_reason": setup.rank_reason,
+        }
+        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": setup.sketch_rank})
+        content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
+        replies = self._ask(content, "train.setup", "setup", "the setup")
+        records.labels = list(self.roster.order)
+        if not setup.sketch_rank:
+            return None
+        return [arrays_of(rep.content["sketch"])["B"] for _, rep in replies]
+
+    def round_clients(self, V0: np.ndarray) -> RemoteClients:
+        self._clients = RemoteClients(
+            self.grid,
+            self.roster,
+            V0,
+            timeout=self.timeout,
+            min_clients=self.min_clients,
+            max_misses=self.max_misses,
+            records=self.records(),
+        )
+        return self._clients
+
+    def client_bases(self) -> None:
+        return None  # each gateway keeps its personalised basis
+
+    def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
+        raise ValueError("the records stay on the gateways: this method needs them in one place")
+
+    def finalize(self, outcome) -> list[str]:
+        """``evaluate.finalize``: every gateway still active writes its personalised
+        model; returns the labels of those that confirmed."""
+        clients = self._clients
+        res = outcome.federation
+        final = {
+            "history": res.history,
+            "n_rounds": res.n_rounds,
+            "stop_reason": res.stop_reason,
+            "trim_history": outcome.trim_history,
+        }
+        content = RecordDict(
+            {
+                "global": to_array_record(V=res.V, components=outcome.components),
+                "final": ConfigRecord({"json": json.dumps(jsonable(final))}),
+            }
+        )
+        targets = {
+            self.roster.node_of[lab]: content
+            for lab in clients.active
+            if lab in clients.initialised
+        }
+        replies, failed, _, _ = exchange(
+            self.grid, targets, "evaluate.finalize", "finalize", self.timeout
+        )
+        self.roster.fail(failed, "finalize")
+        return sorted(self.roster.label_of[n] for n in replies)
+
+
+def _std_arrays(std: Standardization) -> dict[str, np.ndarray]:
+    return {"mean": std.mean, "scale": std.scale, "constant": std.constant}
+
+
+class RemoteClients:
+    """The gateways as the round loop sees them (:class:`~fedep.federation.rounds.RoundClients`).
+
+    ``local_round`` sends ``V`` to the chosen gateways still active, waits for their
+    replies, drops errors and replies that fail
+    :func:`~fedep.federation.server.validate_report`, and merges the rest in
+    client-label order. A gateway that misses ``max_misses`` rounds in a row is left
+    out of later ones; fewer than ``min_clients`` valid replies end the run.
+    """
+
+    def __init__(self, grid, gw: Roster, V0, *, timeout, min_clients, max_misses, records=None):
+        self.grid, self.gw, self.V0 = grid, gw, V0
+        self.n_features, self.r = V0.shape
+        self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
+        # record trimming's view of the run: a gateway left out of the rounds leaves it
+        self.records = records
+        self.d = len(gw.order)
+        self.active = list(gw.order)
+        self.misses = dict.fromkeys(gw.order, 0)
+        self.initialised: set[str] = set()
+        self.rnd = 0
+
+    def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
+        gw = self.gw
+        self.rnd += 1
+        chosen = gw.order if clients is None else [gw.order[i] for i in clients]
+        targets = [lab for lab in chosen if lab in self.active]
+        contents = {}
+        cfg = {"round": self.rnd}
+        if restart or sketch_rank:  # re-merges (FedEP.remerge): as the in-process cohort
+            cfg.update({"restart": int(bool(restart)), "sketch-rank": int(sketch_rank)})
+        for lab in targets:
+            rd = {"global": to_array_record(V=V), "round": ConfigRecord(cfg)}
+            if lab not in self.initialised:
+                rd["init"] = to_array_record(V0=self.V0)
+            contents[gw.node_of[lab]] = RecordDict(rd)
+        replies, failed, s_b, r_b = exchange(
+            self.grid, contents, "train", str(self.rnd), self.timeout
+        )
+        reports, answered = [], []
+        for lab in targets:
+            nid = gw.node_of[lab]
+            if nid not in replies:
+                continue
+            try:
+                rep = _report_from(replies[nid])
+                validate_report(rep, self.n_features, self.r)
+            except (KeyError, ValueError, TypeError) as exc:
+                failed[nid] = f"invalid reply: {exc}"
+                continue
+            reports.append(rep)
+            answered.append(lab)
+        self.initialised.update(targets)
+        for lab in targets:
+            if lab in answered:
+                self.misses[lab] = 0
+                continue
+            self.misses[lab] += 1
+            why = failed.get(gw.node_of[lab])
+            gw.failed[lab] = f"round {self.rnd}: {why}"
+            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
+            if self.misses[lab] >= self.max_misses:
+                self.active.remove(lab)
+                if self.records is not None and lab in self.records.labels:
+                    self.records.labels.remove(lab)
+        if len(reports) < self.min_clients:
+            log(
+                WARNING,
+                "fedep: round %d has %d replies < min-clients=%d; stopping",
+                self.rnd,
+                len(reports),
+                self.min_clients,
+            )
+            raise TooFewClients(f"round {self.rnd}: {len(reports)} valid replies")
+        rep = merge_reports(reports)
+        rep.info = {
+            "participants": answered,
+            "failed": {gw.label_of[n]: why for n, why in failed.items()},
+            "bytes_sent": {gw.label_of[n]: b for n, b in s_b.items()},
+            "bytes_received": {gw.label_of[n]: b for n, b in r_b.items()},
+        }
+        return rep
+
+
+class RemoteCounts:
+    """:class:`~fedep.core.trimming.ScoreCounts` over the gateways: each query is one
+    ``query.trim`` exchange, each gateway answering with the counts of its own values.
+    """
+
+    def __init__(self, records: RemoteRecords, kind: str, std: dict, params: dict):
+        self.records, self.kind, self.std, self.params = records, kind, std, params
+        self.columns = kind == "coords"
+
+        def range_of(rep):
+            a = arrays_of(rep.content["range"])
+            lo, hi = np.asarray(a["lo"], dtype=float), np.asarray(a["hi"], dtype=float)
+            if lo.shape != hi.shape or not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+                raise ValueError(f"range of shapes {lo.shape}, {hi.shape} or not finite")
+            n = int(rep.content["count"]["count"])
+            if n < 0:
+                raise ValueError("count < 0")
+            return lo, hi, n
+
+        replies = records.ask("range", kind, std, params)
+        ranges = records.parse(replies, range_of)
+        lo = np.min([r[0] for r in ranges], axis=0)
+        hi = np.max([r[1] for r in ranges], axis=0)
+        # each gateway's count bounds its answers: a count search adds up what the
+        # gateways say, so one that claims more values than it declared, or counts that
+        # fall as the cut grows, would move the cut for every gateway
+        self.n_of = {lab: r[2] for (lab, _), r in zip(replies, ranges, strict=True)}
+        self.n = int(sum(self.n_of.values()))
+        self.lo, self.hi = (lo, hi) if self.columns else (float(lo[0]), float(hi[0]))
+        self.n_queries = 0
+
+    def _counts(self, op: str, t, **cfg) -> np.ndarray:
+        self.n_queries += 1
+        t = np.asarray(t, dtype=float)
+        t = t if self.columns else np.atleast_1d(t)
+
+        def counts_of(label, rep):
+            c = np.asarray(arrays_of(rep.content["counts"])["c"])
+            if c.shape != t.shape or c.dtype.kind not in "iu" or (c < 0).any():
+                raise ValueError(f"counts of shape {c.shape} and type {c.dtype}, not {t.shape}")
+            if (c > self.n_of[label]).any():
+                raise ValueError(f"counts above the {self.n_of[label]} values it declared")
+            # a count of values at or below t cannot fall as t grows
+            order = np.argsort(t, axis=-1, kind="stable")
+            if (np.diff(np.take_along_axis(c, order, axis=-1), axis=-1) < 0).any():
+                raise ValueError("counts that fall as the cut grows")
+            return c
+
+        reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg)
+        return sum(self.records.parse(reps, counts_of, labelled=True))
+
+    def le(self, t) -> np.ndarray:
+        return self._counts("le", t)
+
+    def abs_le(self, t, center: float) -> np.ndarray:
+        return self._counts("abs_le", t, center=float(center))
+
+
+class RemoteRecords:
+    """:class:`~fedep.core.trimming.TrimRecords` over the gateways (``query.trim``).
+
+    The records and the kept sets stay on the gateways; the server sends the
+    standardisation, the model's parameters and candidate cuts and gets counts and
+    sums back. Every gateway still in the run must answer: a count search cannot lose
+    a gateway half way (the run ends with one line naming the gateway that failed).
+    """
+
+    def __init__(self, grid, gw: Roster, timeout: float, min_clients: int):
+        self.grid, self.gw, self.timeout, self.min_clients = grid, gw, timeout, min_clients
+        self.labels = list(gw.order)
+        # the kept records' moments of the last cut, with the gateways that sent them:
+        # the next kept_moments() needs no exchange while those gateways are the run's
+        self._kept: tuple[list[str], list[Moments]] | None = None
+
+    def ask(self, op: str, kind: str, std: dict | None, params: dict | None, T=None, **cfg):
+        """One ``query.trim`` exchange; ``(label, reply)`` in gateway order."""
+        gw = self.gw
+        if len(self.labels) < self.min_clients:
+            raise RuntimeError(
+                f"only {len(self.labels)} gateways left for record trimming; "
+                f"min-clients={self.min_clients}{gw.why()}"
+            )
+        rd = {"trim": ConfigRecord({"json": json.dumps({"op": op, "kind": kind, **cfg})})}
+        if std is not None:
+            rd["std"] = to_array_record(mean=std["mean"], scale=std["scale"])
+        if params:
+            rd["params"] = to_array_record(
+                **{k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in params.items()}
+            )
+        if T is not None:
+            rd["query"] = to_array_record(T=T)
+        return ask(
+            self.grid,
+            gw,
+            RecordDict(rd),
+            "query.trim",
+            phase=f"trim {op}",
+            what="record trimming",
+            timeout=self.timeout,
+            min_clients=self.min_clients,
+            labels=self.labels,
+            require_all=True,
+        )
+
+    def parse(self, replies, read, *, labelled: bool = False) -> list:
+        """``read(reply)`` (``read(label, reply)`` if ``labelled``) of each ``(label,
+        reply)``; a malformed reply ends the run with one line naming its gateway."""
+        out = []
+        for lab, rep in replies:
+            try:
+                out.append(read(lab, rep) if labelled else read(rep))
+            except (KeyError, ValueError, TypeError) as exc:
+                raise RuntimeError(
+                    f"gateway {lab} sent a malformed record-trimming reply: {exc}"
+                ) from None
+        return out
+
+    def counts(self, kind, mean, scale, params):
+        return RemoteCounts(self, kind, {"mean": mean, "scale": scale}, params)
+
+    def cut(self, kind, mean, scale, params, cut, min_rows):
+        std = {"mean": mean, "scale": scale}
+        reps = self.ask("cut", kind, std, params, cut=float(cut), **{"min-rows": int(min_rows)})
+
+        def kept_of(rep):
+            k = rep.content["kept"]
+            return int(k["n-kept"]), float(k["kept-sum"]), bool(k["changed"])
+
+        kept = self.parse(reps, kept_of)
+        moments = self.parse(reps, _moments_of)
+        for (lab, _), (n, *_), m in zip(reps, kept, moments, strict=True):
+            if m.count != n:
+                raise RuntimeError(
+                    f"gateway {lab} sent a malformed record-trimming reply: moments of "
+                    f"{m.count} records for {n} kept"
+                )
+        self._kept = ([lab for lab, _ in reps], moments)
+        n_kept = int(sum(k[0] for k in kept))
+        return n_kept, float(sum(k[1] for k in kept)), any(k[2] for k in kept)
+
+    def kept_moments(self):
+        if self._kept is not None and self._kept[0] == self.labels:
+            return self._kept[1]
+        return self.parse(self.ask("moments", "", None, None), _moments_of)
+
+    def ppca_sums(self, mean, scale, V):
+        r = V.shape[1]
+
+        def sums_of(rep):
+            sum_t2 = np.asarray(arrays_of(rep.content["sums"])["sum_t2"], dtype=float)
+            if sum_t2.shape != (r,):
+                raise ValueError(f"sum_t2 of shape {sum_t2.shape}, not ({r},)")
+            return (
+                int(rep.content["count"]["count"]),
+                sum_t2,
+                float(rep.content["count"]["sum-res"]),
+            )
+
+        reps = self.ask("ppca-sums", "", {"mean": mean, "scale": scale}, {"V": V})
+        return add_ppca_sums(self.parse(reps, sums_of))
