@@ -11,12 +11,8 @@ fits a centring and scaling from merged moments (:func:`federated_scale`).
 """
 
 from fedep.features._values import MISSING_TOKENS, FeatureError
-from fedep.features.decide import (
-    NAME_HINTS,
-    ColumnDecision,
-    decide_columns,
-    format_decisions,
-)
+from fedep.features.decide import ColumnDecision, decide_columns, format_decisions
+from fedep.features.name_hints import NAME_HINTS
 from fedep.features.pipeline import NUMERIC_TRANSFORMS, FeaturePipeline, normal_scores
 from fedep.features.scaling import (
     DEFAULT_SCALING_CANDIDATES,
@@ -25,11 +21,10 @@ from fedep.features.scaling import (
     choose_scaling,
     federated_scale,
 )
+from fedep.features.sketches import KMV, LogHistogram
 from fedep.features.summaries import (
-    KMV,
     ColumnSummaries,
     ColumnSummary,
-    LogHistogram,
     merge_summaries,
     summarize_columns,
 )

@@ -55,12 +55,8 @@ from fedep.features._values import (
 )
 from fedep.features.decide import ColumnDecision, decide_columns
 from fedep.features.scaling import SCALE_RULES, federated_scale
-from fedep.features.summaries import (
-    DEFAULT_SKETCH_SIZE,
-    ColumnSummaries,
-    merge_summaries,
-    summarize_columns,
-)
+from fedep.features.sketches import DEFAULT_SKETCH_SIZE
+from fedep.features.summaries import ColumnSummaries, merge_summaries, summarize_columns
 
 __all__ = ["NUMERIC_TRANSFORMS", "PIPELINE_VERSION", "FeaturePipeline", "normal_scores"]
 
