@@ -266,8 +266,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         :func:`fedep.features.federated_scale`.
     scale_floor : float, default=0.1
         The scale rule's parameter: the floor as a fraction of the typical sd, or the
-        shrinkage weight in [0, 1]. Choose it on validation data
-        (:func:`fedep.features.choose_scaling`).
+        shrinkage weight in [0, 1]. Choose it on validation data.
     sketch_size : int, default=32
         Quantile-sketch bins per decade.
     numeric_transform : {"log", "quantile"}, default="log"
