@@ -5,11 +5,16 @@ Run by hand (not a test)::
     python benchmarks/bench_poisoning.py --out benchmarks/results/poisoning.json
 
 Ten gateways hold an IID split of the NORMAL training rows of NSL-KDD
-(``feature_set="rich"``); FedEP (rank 10, ``init="oneshot"``, otherwise its defaults)
-is fitted through the estimator's own cohort and round loop
-(``FedEP._make_cohort`` + ``FedEP._run_rounds``, so with ``FedEP.aggregation``).
-``f`` of the gateways are compromised: every round they replace what they send
-(the honest cohort still runs them; only their rows of the reply are overwritten):
+(``feature_set="rich"``); FedEP (rank 10, ``init="oneshot"``, otherwise the
+estimator's default parameters, read with ``FedEP().get_params()``) is fitted with the
+public core pieces the estimator is made of: the one-shot merge of the gateways'
+sketches (:func:`fedep.core.baselines.oneshot_merge`), the core cohort
+(:func:`fedep.core.cohort.make_cohort`) and the one round loop
+(:func:`fedep.federation.rounds.run_rounds`, with ``aggregation=`` the rule and the
+estimator's re-merges). ``f`` of the gateways are compromised: every round they
+replace what they send (the honest cohort still runs them; only their rows of the
+reply are overwritten; a sketch asked for a re-merge is the forged basis with the
+honest sketch's column norms):
 
 - ``random``: a random orthonormal basis and a zero dual;
 - ``crafted``: ``W_bad = polar([V[:, :r-m], A])`` with ``A`` the top ``m``
@@ -41,11 +46,15 @@ from sklearn.metrics import roc_auc_score
 
 from fedep import FedEP, FedPG
 from fedep.core.aggregation import robust_step
-from fedep.core.fedep import RoundReport
+from fedep.core.baselines import client_sketch, oneshot_merge
+from fedep.core.cohort import cohort_spec, make_cohort
+from fedep.core.fedep import FedEPSettings, RoundReport
+from fedep.core.fedpg import FedPGSettings
 from fedep.core.scoring import residual_energy
 from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, projector_distance, random_stiefel
 from fedep.data import load_dataset, partition_iid
+from fedep.federation.rounds import FederationResult, run_rounds
 
 
 class PoisonedCohort:
@@ -84,12 +93,17 @@ class PoisonedCohort:
         W = polar(np.column_stack([V[:, : r - m], A]))
         return W, self.boost * nu * (W - V)
 
-    def local_round(self, V, clients=None) -> RoundReport:
-        rep = self.honest.local_round(V, clients)
+    def local_round(self, V, clients=None, **kw) -> RoundReport:
+        """The honest round (``kw``: the loop's ``restart`` / ``sketch_rank``), forged
+        at the compromised clients."""
+        rep = self.honest.local_round(V, clients, **kw)
         pos = np.arange(self.d) if clients is None else np.asarray(clients)
         for j, c in enumerate(pos):
             if c in self.bad:
                 rep.W[j], rep.Pi[j] = self.forge(V, float(rep.nu[j]))
+                if rep.sketch is not None:
+                    k = rep.sketch.shape[2]
+                    rep.sketch[j] = rep.W[j][:, :k] * np.linalg.norm(rep.sketch[j], axis=0)
         return rep
 
 
@@ -106,16 +120,66 @@ def load(data_dir: str, d: int, seed: int, attack_dims: int = 1, dataset: str = 
     return blocks, a, Zte, ds.y_test
 
 
-def fit_once(est, blocks, bad, kind, a, boost, seed):
-    """The estimator's cohort and round loop, with ``bad`` clients forging replies."""
+def federation(method: str, rank: int, rule: str, n_rounds: int) -> dict:
+    """The estimator's default parameters as the core's cohort and loop settings.
+
+    ``FedEP`` / ``FedPG`` hyper-parameters (public, ``get_params()``) translated as
+    the estimators translate them, with ``n_components``, ``aggregation`` and
+    ``n_rounds`` set here.
+    """
+    if method == "fedep":
+        p = FedEP().get_params()
+        settings = FedEPSettings(
+            alpha=float(p["alpha"]),
+            mu=float(p["mu"]),
+            use_sparse=bool(p["sparse_corruption"]),
+            inner_max_iter=int(p["inner_max_iter"]),
+            penalty_scaling=p["penalty_scaling"],
+            consensus_weights=p["consensus_weights"],
+        )
+        spec = cohort_spec("fedep", settings, beta=float(p["beta"]), nu=float(p["nu"]))
+        remerge = bool(p["remerge"] and p["sparse_corruption"])
+    else:
+        p = FedPG().get_params()
+        settings = FedPGSettings(
+            lr=None if p["lr"] is None else float(p["lr"]),
+            rho=float(p["rho"]),
+            local_epochs=int(p["local_epochs"]),
+            consensus_weights=p["consensus_weights"],
+            penalty_scaling=p["penalty_scaling"],
+            manifold=p["manifold"],
+        )
+        spec, remerge = cohort_spec("fedpg", settings), False
+    return {
+        "method": method,
+        "spec": spec,
+        "rank": rank,
+        "aggregation": rule,
+        "n_rounds": n_rounds,
+        "tol": float(p["tol"]),
+        "remerge": remerge,
+    }
+
+
+def fit_once(fed: dict, blocks, bad, kind, a, boost, seed) -> tuple[FederationResult, float]:
+    """One federation from the one-shot start, with ``bad`` clients forging replies."""
     rng = np.random.default_rng(seed)
-    V0 = est._init_basis(blocks, rng)
-    honest = est._make_cohort(blocks, V0)
+    r = fed["rank"]
+    V0 = oneshot_merge([client_sketch(b, r) for b in blocks], r)
+    honest = make_cohort(fed["spec"], blocks, V0)
     cohort = PoisonedCohort(honest, bad, kind, a, boost, seed) if len(bad) else honest
     t0 = time.perf_counter()
-    res = est._run_rounds(cohort, V0, rng)
-    wall = time.perf_counter() - t0
-    return res, wall
+    res = run_rounds(
+        cohort,
+        fed["method"],
+        V0,
+        n_rounds=fed["n_rounds"],
+        tol=fed["tol"],
+        rng=rng,
+        aggregation=fed["aggregation"],
+        remerge=fed["remerge"],
+    )
+    return res, time.perf_counter() - t0
 
 
 def server_step_cost(n, r, d, repeats=200):
@@ -159,26 +223,20 @@ def main(argv=None):
     n = blocks[0].shape[1]
     rows, clean = [], {}
     for method in args.methods:
-        cls = {"fedep": FedEP, "fedpg": FedPG}[method]
         for f in args.f:
             for kind in args.kinds if f else ["none"]:
                 # The poisoned gateways: the last f (the split is IID).
                 bad = list(range(args.clients - f, args.clients))
                 for rule in args.rules:
-                    est = cls(
-                        n_components=args.rank,
-                        init="oneshot",
-                        aggregation=rule,
-                        n_rounds=args.n_rounds,
-                        random_state=args.seed,
-                    )
-                    res, wall = fit_once(est, blocks, bad, kind, a, args.boost, args.seed)
+                    fed = federation(method, args.rank, rule, args.n_rounds)
+                    res, wall = fit_once(fed, blocks, bad, kind, a, args.boost, args.seed)
                     B = polar(res.V)
                     auc = float(roc_auc_score(yte, residual_energy(Zte, B)))
                     if f == 0:
                         clean[(method, rule)] = B
                     ref = clean.get((method, "mean"))
                     times = [h["time_s"] for h in res.history]
+                    last = res.history[-1] if res.history else {}
                     row = {
                         "method": method,
                         "attack": kind,
@@ -194,7 +252,7 @@ def main(argv=None):
                         "dist_to_clean_mean": None
                         if ref is None
                         else float(projector_distance(B, ref)),
-                        "downweighted_last": res.history[-1]["downweighted"],
+                        "downweighted_last": last.get("downweighted"),
                     }
                     rows.append(row)
                     print(

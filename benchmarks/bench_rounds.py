@@ -69,7 +69,7 @@ def _floor(blocks, repeats=15, threads=1):
 
 def _cohort(est, blocks, V0, kernel):
     """The estimator's own cohort (its defaults), with the kernel of this benchmark."""
-    spec = est._cohort_spec()
+    spec = est.cohort_spec()
     spec["settings"]["kernel"] = kernel
     return make_cohort(spec, blocks, V0)
 

@@ -13,10 +13,8 @@ tails; ``quantile``: normal scores from the merged sketches) and scale rule; poo
 (closed form) is then fitted at every rank of ``--ranks`` and scores the validation and
 the test rows by residual energy. Reported per (transform, rule): validation and test
 ROC AUC per rank, the ranks of unlabelled rules on the pooled spectrum (Gavish-Donoho,
-:mod:`fedep.core.rank`; 95 % of the variance; Kaiser: eigenvalues above their mean),
-and, per transform, the rule :func:`fedep.features.choose_scaling` picks without labels
-(held-out relative residual on a random 20 % of the normal training rows). The test
-columns are for reading the validation choice, never for choosing.
+:mod:`fedep.core.rank`; 95 % of the variance; Kaiser: eigenvalues above their mean).
+The test columns are for reading the validation choice, never for choosing.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 from fedep.core.rank import choose_rank
 from fedep.evaluation.reproduce.config import MODES
 from fedep.evaluation.reproduce.run import _best_data
-from fedep.features import FeaturePipeline, choose_scaling
+from fedep.features import FeaturePipeline
 
 RULES = [("sd", 0.0), ("floor", 0.01), ("floor", 0.1), ("floor", 0.3), ("shrink", 0.3)]
 
@@ -51,13 +49,12 @@ def _aucs(Z, Zv, yv, Zt, yt, ranks):
     return out
 
 
-def run(name: str, data_dir: str, ranks: list[int], choose_rank_at: int) -> dict:
+def run(name: str, data_dir: str, ranks: list[int]) -> dict:
     cfg = json.loads(json.dumps(MODES["full"]))
     sp = _best_data(data_dir, [name], cfg, "generic").split(name, "clean", 0, max_train_rows=None)
     g = np.asarray(sp.groups_train)
     counts = [int((g == k).sum()) for k in np.unique(g)]
     out: dict = {"n_train": len(sp.X_train), "n_val": len(sp.X_val), "n_test": len(sp.y_test)}
-    hold = np.random.default_rng(0).uniform(size=len(sp.X_train)) < 0.2
     for tf in ("log", "quantile"):
         for rule, par in RULES:
             t0 = time.perf_counter()
@@ -80,18 +77,6 @@ def run(name: str, data_dir: str, ranks: list[int], choose_rank_at: int) -> dict
                 "seconds": time.perf_counter() - t0,
             }
             print(name, key, auto, flush=True)
-        # choose_scaling without labels, on the encoded (unscaled) normal rows
-        pipe = FeaturePipeline(numeric_transform=tf, scale_rule=None)
-        pipe.fit(sp.X_train[~hold], groups=g[~hold])
-        E = pipe.encode(sp.X_train)
-        tb = [E[(g == k) & ~hold] for k in np.unique(g)]
-        vb = [E[(g == k) & hold] for k in np.unique(g) if ((g == k) & hold).any()]
-        ch = choose_scaling(tb, vb, choose_rank_at, RULES)
-        out[f"{tf}/choose_scaling"] = {
-            "rank": choose_rank_at,
-            "chosen": f"{ch.rule}:{ch.floor}",
-            "heldout_relative_residual": {f"{r}:{p}": s for r, p, s in ch.scores},
-        }
     return out
 
 
@@ -100,10 +85,9 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--datasets", nargs="+", default=["nsl-kdd", "unsw-nb15", "ton-iot"])
     ap.add_argument("--ranks", nargs="+", type=int, default=[5, 10, 20, 30, 40, 60, 80])
-    ap.add_argument("--choose-rank", type=int, default=20, help="rank of choose_scaling")
     ap.add_argument("--out", default="transform.json")
     a = ap.parse_args()
-    res = {n: run(n, a.data_dir, a.ranks, a.choose_rank) for n in a.datasets}
+    res = {n: run(n, a.data_dir, a.ranks) for n in a.datasets}
     Path(a.out).write_text(json.dumps(res, indent=1))
     print(f"wrote {a.out}")
 

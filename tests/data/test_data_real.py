@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedep.core.stats import client_moments, combine_moments, standardization_from_moments
 from fedep.data import (
     FEATURE_SETS,
     FEATURE_SPECS,
     FORBIDDEN_COLUMNS,
-    federated_standardization,
     load_dataset,
     make_client_split,
     partition_sorted,
@@ -141,7 +141,8 @@ def test_partition_and_federated_stats(real_dataset, name):
     maxes = pd.Series(key).groupby(g).max().to_numpy()
     mins = pd.Series(key).groupby(g).min().to_numpy()
     assert (maxes[:-1] <= mins[1:]).all()
-    mean, scale, const = federated_standardization(d.X_train, g)
+    moments = combine_moments(client_moments(d.X_train[g == c]) for c in np.unique(g))
+    mean, scale, const = standardization_from_moments(moments)
     # pooled reference over contiguous columns (pairwise summation; numpy's axis-0
     # reduction of a C-ordered array accumulates naively and is itself off by ~1e-12)
     cols = np.ascontiguousarray(d.X_train.T)

@@ -175,7 +175,7 @@ def test_format_decisions(decisions):
     ],
 )
 def test_port_names_end_in_a_port_word(name, hint):
-    from fedep.features.decide import name_hint
+    from fedep.features.name_hints import name_hint
 
     assert name_hint(name) == hint
 

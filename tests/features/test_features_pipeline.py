@@ -15,7 +15,6 @@ from fedep.core.stats import Moments, client_moments, combine_moments
 from fedep.features import (
     FeatureError,
     FeaturePipeline,
-    choose_scaling,
     federated_scale,
     summarize_columns,
 )
@@ -164,22 +163,6 @@ def test_federated_scale_rules():
     with pytest.raises(FeatureError):
         federated_scale(m, "nope")
     assert isinstance(m, Moments)
-
-
-def test_choose_scaling_returns_a_candidate():
-    rng = np.random.default_rng(0)
-    W = rng.normal(size=(3, 8))
-    blocks = [rng.normal(size=(200, 3)) @ W + 0.1 * rng.normal(size=(200, 8)) for _ in range(3)]
-    blocks = [np.column_stack([b, np.zeros(len(b))]) for b in blocks]
-    val = [rng.normal(size=(100, 3)) @ W + 0.1 * rng.normal(size=(100, 8))]
-    val = [np.column_stack([v, rng.normal(0, 0.01, len(v))]) for v in val]
-    cands = [("sd", 0.0), ("floor", 0.1), ("shrink", 0.3)]
-    choice = choose_scaling(blocks, val, rank=3, candidates=cands)
-    assert [c[:2] for c in choice.scores] == [(r, float(p)) for r, p in cands]
-    assert (choice.rule, choice.floor) in [(r, float(p)) for r, p in cands]
-    best = min(c[2] for c in choice.scores)
-    assert all(0 <= c[2] <= 1 for c in choice.scores)
-    assert [c for c in choice.scores if c[2] == best][0][:2] == (choice.rule, choice.floor)
 
 
 def _pca_residual(train: np.ndarray, test: np.ndarray, rank: int) -> np.ndarray:

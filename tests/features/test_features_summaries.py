@@ -181,7 +181,8 @@ def test_identifying_values_stay_on_the_gateway():
 def test_numeric_category_view_equals_per_row_reference(keep):
     # numbers are counted by value and keyed once each; the reference keys every row
     from fedep.features._values import column_family, string_view
-    from fedep.features.summaries import KMV, _summarize_one
+    from fedep.features.sketches import KMV
+    from fedep.features.summaries import _summarize_one
 
     rng = np.random.default_rng(keep)
     n = 5000
@@ -240,7 +241,7 @@ def _pool(rng: np.random.Generator, size: int) -> np.ndarray:
 
 def test_number_and_text_keys_share_an_identity_across_gateways():
     from fedep.features._values import canonical_keys
-    from fedep.features.summaries import key_hashes, number_hashes
+    from fedep.features.sketches import key_hashes, number_hashes
 
     numbers = np.array([80.0, 1.5, -0.0, np.inf, 3.0, -np.inf, 2.0**53, 1e16, 0.1, np.nan])
     text = ["80", "1.5", "80.0", "-0", "inf", "0", "abc", "-", "nan", " 80", "1e16", "1e+16"]
@@ -269,7 +270,7 @@ def test_number_and_text_keys_share_an_identity_across_gateways():
 @given(x=st.lists(st.floats(allow_nan=False, width=64), min_size=1, max_size=50))
 def test_canonical_text_of_any_float_hashes_as_the_float(x):
     from fedep.features._values import canonical_keys
-    from fedep.features.summaries import key_hashes, number_hashes
+    from fedep.features.sketches import key_hashes, number_hashes
 
     v = np.array(x, dtype=float)
     assert key_hashes(canonical_keys(v)).tolist() == number_hashes(v).tolist()

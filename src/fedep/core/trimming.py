@@ -1,114 +1,28 @@
 """Record trimming: trimmed probabilistic PCA by concentration steps, from counts only.
 
-FedEP's entry-wise ``S`` absorbs sparse gross errors; an attack in unlabelled training
-traffic is a whole anomalous *record*, and attacks come in tight clusters (a DoS flood
-is thousands of near-identical records). The record-wise robust model here is trimmed
-probabilistic PCA, the Minimum Covariance Determinant restricted to the PPCA
-covariance ``C = W Lam W^T + sigma2 (I - W W^T)`` (rank ``r``, ``W^T W = I``): for
-records ``x_1..x_N`` (rows) and ``h = N - round(q N)`` kept records::
+An attack in unlabelled training traffic is a whole anomalous record. The record-wise
+robust model is trimmed probabilistic PCA (the Minimum Covariance Determinant
+restricted to the rank-``r`` PPCA covariance): keep the ``h`` records that minimise
+``sum_{j in K} d_theta(x_j)^2 + h log det C``. :func:`concentration_steps` descends it
+by FAST-MCD's C-steps, alternating a PPCA fit of the kept records with the selection of
+the ``h`` records of smallest PPCA distance, until the kept set no longer changes or a
+cap on the steps; :func:`trimmed_ppca` is the same loop on pooled records.
 
-    min_{K, theta}  L(K, theta) = sum_{j in K} d_theta(x_j)^2 + h log det C,
-    d_theta(x)^2 = sum_k t_k^2 / lam_k + ||(I - W W^T)(x - mu)||^2 / sigma2,
-    t = W^T (x - mu),   theta = (mu, W, Lam, sigma2),   |K| = h.
+Federated, no score or record leaves a gateway: the server finds the ``h``-th smallest
+distance from counts only (:class:`ScoreCounts`, :func:`order_statistic`: each
+gateway answers how many of its scores lie at or below candidate cuts) and the PPCA
+parameters from sums (:func:`ppca_sums`). The loop is written once against
+:class:`TrimRecords`, served in process by :class:`LocalRecords` and over Flower by
+``fedep.flower.server_app.RemoteRecords``.
 
-Concentration steps (C-steps, Rousseeuw & Van Driessen's FAST-MCD) alternate two
-exact minimisations, from ``K_0`` = every record (the first fit is the ordinary one):
+``trim_start="median"`` starts from the half of the records closest to the
+coordinate-wise median (:func:`coordinate_median`, :func:`median_distance`) and takes
+the standardisation from that half. :func:`estimate_contamination` estimates the share
+of anomalous records from the log-scores' robust z-scores, from the same counts.
 
-1. fit step: ``theta_t`` = the maximum-likelihood PPCA of ``K_t`` (Tipping & Bishop:
-   ``mu`` the mean, ``W`` the top-r subspace, ``lam_k`` the variances along it,
-   ``sigma2`` the mean residual variance per remaining dimension), the minimiser of
-   ``L(K_t, .)``;
-2. selection step: ``K_{t+1}`` = the ``h`` records of smallest ``d_{theta_t}``, the
-   minimiser of ``L(., theta_t)`` (``log det C`` does not depend on ``K``).
-
-**Monotone.** ``L(K_{t+1}, theta_{t+1}) <= L(K_{t+1}, theta_t)`` by step 1 and
-``L(K_{t+1}, theta_t) <= L(K_t, theta_t)`` by step 2 (the ``h`` smallest distances sum
-to at most any ``h`` of them). Finitely many ``K``: a fixed point is reached in
-finitely many steps. **Convergence check:** stop when the kept set no longer changes
-(then no swap of a kept and a trimmed record lowers ``L`` at the current fit: every
-kept distance is at most every trimmed one), or at a cap on the steps.
-
-Why not least trimmed squares of the residual alone (``min sum_{j in K} ||(I - W
-W^T)(x_j - mu)||^2``, the limit ``lam -> inf``)? A cluster of attacks takes one of the
-``r`` directions, where its residual is ~0: LTS keeps it (measured on NSL-KDD,
-UNSW-NB15 and TON-IoT with 20% injected attacks: no gain over plain PCA). The
-in-subspace term ``t_k^2 / lam_k`` sees such a cluster as far from the normal mean.
-The detector still scores by the residual energy (the paper's score).
-
-**Federated.** Each gateway scores its own records under the current model. The server
-needs the ``h``-th smallest distance over all gateways (the PPCA parameters come from
-sums each gateway sends: its kept count, per-component sums of ``t_k^2`` and the sum
-of its kept residual energies, with the kept means for ``mu``); it finds it from **counts only**
-(:class:`ScoreCounts`): it proposes candidate cuts, each gateway answers how many of
-its scores are at or below each, and the server narrows the bracket until a cut keeps
-exactly ``h`` records (:func:`order_statistic`: a few exchanges, each the counts at
-:data:`N_CANDIDATES` candidate cuts, a few kB). Each
-gateway then keeps its records at or below the cut and the model is refitted on the
-kept records, started as the first fit is (the one-shot merge of the kept records'
-sketches with the estimators' ``init="oneshot"``), not at the previous consensus:
-rounds warm-started there move a weak direction of a steep spectrum too slowly to
-reach the new kept set's before they stop (``_warm_start`` of the estimators; warm
-only when the kept records are the previous fit's, or with ``init="random"``). No
-score or record leaves a gateway. With a federated fit in step 1 (FedEP, FedPG) the
-fit step is the federation's estimate of PCA rather than exact PCA, so the descent
-property is exact for pooled PCA and approximate for the federations; the kept-set
-fixed point stops both.
-
-The loop is :func:`concentration_steps`, written once against :class:`TrimRecords`
-(the gateways' answers: counts, sums, kept moments): the in-process ``fit`` drives it
-over :class:`LocalRecords`, a Flower server over messages to the gateways
-(``fedep.flower.server_app.RemoteRecords``), with the same results. The
-per-feature medians of the robust start are searched in lockstep
-(:func:`order_statistics`: one count query for every feature per step).
-
-**Robust start** (:func:`coordinate_median`, :func:`median_distance`). Starting the
-C-steps from every record fails when attacks are many and clustered: a tight cluster
-holding 10-20% of the records takes one of the ``r`` directions and, being tight, has
-*smaller* PPCA distances than the diverse normal records, so the selection keeps it
-and the fixed point is the contaminated fit (measured on NSL-KDD and UNSW-NB15 with
-10-20% injected attacks). ``trim_start="median"`` starts instead from ``K_0`` = the
-half of the records closest, in the L1 distance in units of the features' standard
-deviations, to the coordinate-wise median::
-
-    m_f = median_j x_jf,   a(x) = sum_f |x_f - m_f| / s_f,   K_0 = the ceil(N/2) smallest a,
-
-where each coordinate's median (breakdown point 1/2) comes from count queries as
-above (:func:`coordinate_median`). The standardisation (mean and scale) is then taken
-from the moments of ``K_0``, not of every record: attacks inflate the standard
-deviations, above all of the features that are constant in normal traffic, before
-any PCA is fitted. The scale stays fixed from then on (the mean is refitted on each
-kept set), so the C-steps after the start descend ``L`` as above.
-
-*Limits of the start* (measured, not proved). The distance is in units of the
-standard deviations of every record, which the attacks inflate: a cluster holding a
-share ``p`` of the records, shifted by ``D`` in ``k`` of ``n`` features, sits at
-about ``k (1 - p) D / sqrt(p (1 - p) D^2 + s^2)`` (~``2.5 k`` at ``p`` = 0.2) from
-the median, a normal record at ~``0.8 n``: the start excludes such a cluster only
-when it is far in more than about a third of the features (true of the DoS floods of
-NSL-KDD, not of a cluster shifted in a few features; see ``tests/detectors/test_robust.py``).
-Scaling by the median absolute deviation instead (robust to the inflation) was
-worse on the real data (UNSW-NB15: ROC AUC ~0.5 instead of ~0.84), where most
-features have MAD 0. On TON-IoT with 10-20% injected attacks the start keeps much of
-the attack traffic and trimming lowers the ROC AUC (``benchmarks/bench_contaminated.py``).
-Against the same trimming from every record (FedEP, ``trim_steps=5``,
-``trim_share=0.25``, rich features, 20 IID gateways, rank 10, 5000 normal rows, seed 0),
-the test ROC AUC at 0 / 5 / 10 / 20% injected attacks was, median start vs every
-record: NSL-KDD 0.936 / 0.943 / 0.943 / 0.932 vs 0.944 / 0.924 / 0.896 / 0.916;
-UNSW-NB15 0.772 / 0.788 / 0.679 / 0.803 vs 0.815 / 0.811 / 0.783 / 0.530; TON-IoT
-0.859 / 0.852 / 0.549 / 0.551 vs 0.814 / 0.857 / 0.825 / 0.713. So the start from
-every record stays the default (``trim_start="all"``).
-
-*Choosing the start by the objective* (FAST-MCD's rule: the fixed point of smallest
-``L / h`` among many starts) is no cure on these data: a tight attack cluster lowers
-``log det C``, and in 5 of 9 contaminated training sets the chosen fixed point kept more
-of the attacks than the start from every record (``benchmarks/bench_trim_starts.py``;
-e.g. UNSW-NB15 with 10% attacks: 69% of them kept against 44%). The trimmed likelihood
-cannot tell a frequent tight attack mode from a normal mode; the median start relies
-on the attacks being a minority far from the coordinate-wise median instead.
-
-**Contamination without labels** (:func:`estimate_contamination`): the share of
-records whose log-score lies above ``median + k * 1.4826 * MAD`` of the log-scores
-(a robust z-score above ``k``), from the same count queries.
+The derivation (monotone descent, why not least trimmed squares, the federated
+exchange) and the measured limits of each start are in ``docs/trimming.md``; the
+end-to-end measurements in ``docs/robustness.md``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from fedep.data.readers import (
     read_many,
     read_table,
 )
-from fedep.data.standardize import federated_standardization
 from fedep.data.synthetic import SyntheticFederation, make_federated_data
 from fedep.data.tabular import TableData, load_csv, load_table
 
@@ -52,7 +51,6 @@ __all__ = [
     "SyntheticFederation",
     "TableData",
     "detect_format",
-    "federated_standardization",
     "format_partition_summary",
     "format_verify_report",
     "gateway_files",

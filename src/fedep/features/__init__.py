@@ -11,31 +11,19 @@ fits a centring and scaling from merged moments (:func:`federated_scale`).
 """
 
 from fedep.features._values import MISSING_TOKENS, FeatureError
-from fedep.features.decide import (
-    NAME_HINTS,
-    ColumnDecision,
-    decide_columns,
-    format_decisions,
-)
+from fedep.features.decide import ColumnDecision, decide_columns, format_decisions
+from fedep.features.name_hints import NAME_HINTS
 from fedep.features.pipeline import NUMERIC_TRANSFORMS, FeaturePipeline, normal_scores
-from fedep.features.scaling import (
-    DEFAULT_SCALING_CANDIDATES,
-    SCALE_RULES,
-    ScalingChoice,
-    choose_scaling,
-    federated_scale,
-)
+from fedep.features.scaling import SCALE_RULES, federated_scale
+from fedep.features.sketches import KMV, LogHistogram
 from fedep.features.summaries import (
-    KMV,
     ColumnSummaries,
     ColumnSummary,
-    LogHistogram,
     merge_summaries,
     summarize_columns,
 )
 
 __all__ = [
-    "DEFAULT_SCALING_CANDIDATES",
     "KMV",
     "MISSING_TOKENS",
     "NAME_HINTS",
@@ -47,8 +35,6 @@ __all__ = [
     "FeatureError",
     "FeaturePipeline",
     "LogHistogram",
-    "ScalingChoice",
-    "choose_scaling",
     "decide_columns",
     "federated_scale",
     "format_decisions",

@@ -13,9 +13,9 @@ Rules, in order (the first that applies wins; user overrides come before all of 
    (every gateway must be able to compute every feature at transform time); included
    explicitly, it is kept and a frame lacking it is read as all-missing.
 3. **All missing** (no present value on any gateway) -> drop.
-4. **Name hints** (:data:`NAME_HINTS`, matched on the lower-cased name with non
-   alphanumerics as ``_``, so Zeek ``id.orig_h`` is ``id_orig_h``): labels/targets,
-   timestamps, addresses, ports and identifiers are excluded.
+4. **Name hints** (:data:`~fedep.features.name_hints.NAME_HINTS`, matched on the
+   lower-cased name with non alphanumerics as ``_``, so Zeek ``id.orig_h`` is
+   ``id_orig_h``): labels/targets, timestamps, addresses, ports and identifiers are excluded.
 5. **Value patterns** (share of present text values, :data:`PATTERN_SHARE` = 0.9):
    timestamps (ISO or ``dd/mm/yyyy``), IP/MAC addresses, uid-like tokens (UUIDs, Zeek
    uids, digests; also needs many distinct values) -> excluded. A numeric column whose
@@ -48,19 +48,18 @@ Rules, in order (the first that applies wins; user overrides come before all of 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fedep.features._values import NA_CATEGORY, OTHER_CATEGORY, FeatureError
+from fedep.features.name_hints import name_hint
 from fedep.features.summaries import ColumnSummaries, ColumnSummary
 
 __all__ = [
     "ACTIONS",
     "KINDS",
-    "NAME_HINTS",
     "ColumnDecision",
     "decide_columns",
     "format_decisions",
@@ -96,45 +95,6 @@ LINEAR_M2_MAX = float(np.finfo(np.float64).max) / 4
 #: (>= 90 %) is free text / an identifier, whatever its coverage.
 UNIQUE_MIN_ROWS = 50
 _EPOCH_RANGES = ((9.46e8, 4.1e9, "epoch seconds"), (9.46e11, 4.1e12, "epoch milliseconds"))
-
-#: Column-name hints: kind -> (exact normalised names, regular expressions).
-NAME_HINTS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
-    "label": (
-        frozenset(
-            "label labels attack attack_cat attack_type attack_category type class "
-            "category subcategory detailed_label target difficulty difficulty_level "
-            "is_attack malicious".split()
-        ),
-        (),
-    ),
-    "timestamp": (
-        frozenset(
-            "ts timestamp time date datetime stime ltime start_time end_time starttime "
-            "endtime first_seen last_seen flow_start flow_end".split()
-        ),
-        (r".*timestamp.*", r".*_ts", r"ts_.*", r".*_date", r"date_.*"),
-    ),
-    "address": (
-        frozenset(
-            "ip src dst srcip dstip saddr daddr src_ip dst_ip source_ip destination_ip "
-            "id_orig_h id_resp_h mac src_mac dst_mac host".split()
-        ),
-        (r".*_ip", r"ip_.*", r".*addr.*", r".*_mac", r"id_.*_h"),
-    ),
-    "port": (
-        frozenset("sport dport spt dpt id_orig_p id_resp_p".split()),
-        # The name must END in a port word: "ct_src_dport_ltm" (a count), "transport"
-        # (a protocol) or "is_sm_ips_ports" (a flag) are not endpoint ports.
-        (
-            r"(.*_)?(src|dst|s|d|source|dest|destination|orig|resp|local|remote)?_?port",
-            r"id_.*_p",
-        ),
-    ),
-    "identifier": (
-        frozenset("uid id uuid fuid flow_id conn_id session_id row_id index unnamed_0".split()),
-        (r".*_id", r".*_uid", r"unnamed_\d+"),
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -231,20 +191,6 @@ class ColumnDecision:
         for k in ("impute", "lo", "hi"):
             kw[k] = None if d.get(k) is None else float(d[k])
         return cls(**kw)
-
-
-def normalize_name(name: str) -> str:
-    """Lower-cased name with runs of non-alphanumerics as ``_`` (``id.orig_h`` -> ``id_orig_h``)."""
-    return re.sub(r"[^0-9a-z]+", "_", str(name).lower()).strip("_")
-
-
-def name_hint(name: str) -> str | None:
-    """Which :data:`NAME_HINTS` kind a column name matches, if any."""
-    n = normalize_name(name)
-    for kind, (exact, patterns) in NAME_HINTS.items():
-        if n in exact or any(re.fullmatch(p, n) for p in patterns):
-            return kind
-    return None
 
 
 def _fmt(x: float) -> str:

@@ -55,12 +55,8 @@ from fedep.features._values import (
 )
 from fedep.features.decide import ColumnDecision, decide_columns
 from fedep.features.scaling import SCALE_RULES, federated_scale
-from fedep.features.summaries import (
-    DEFAULT_SKETCH_SIZE,
-    ColumnSummaries,
-    merge_summaries,
-    summarize_columns,
-)
+from fedep.features.sketches import DEFAULT_SKETCH_SIZE
+from fedep.features.summaries import ColumnSummaries, merge_summaries, summarize_columns
 
 __all__ = ["NUMERIC_TRANSFORMS", "PIPELINE_VERSION", "FeaturePipeline", "normal_scores"]
 
@@ -270,8 +266,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         :func:`fedep.features.federated_scale`.
     scale_floor : float, default=0.1
         The scale rule's parameter: the floor as a fraction of the typical sd, or the
-        shrinkage weight in [0, 1]. Choose it on validation data
-        (:func:`fedep.features.choose_scaling`).
+        shrinkage weight in [0, 1]. Choose it on validation data.
     sketch_size : int, default=32
         Quantile-sketch bins per decade.
     numeric_transform : {"log", "quantile"}, default="log"
