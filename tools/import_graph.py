@@ -30,6 +30,7 @@ FLOORS: dict[str, int] = {
     "_json": 0,
     "_atomic": 0,
     "errors": 0,
+    "_errors": 0,
     "_progress": 0,
     "core": 1,
     "data": 2,

@@ -42,7 +42,8 @@ import sys
 import threading
 import warnings
 
-from fedep.cli._common import PROG, UsageError, err, one_line, show_warning
+from fedep._errors import one_line
+from fedep.cli._common import PROG, UsageError, err, show_warning
 
 __all__ = ["main", "build_parser", "UsageError"]
 
