@@ -528,13 +528,13 @@ def _option(name: str) -> str:
 
 def resolve_data_dir(arg: str | None) -> Path:
     """The data directory, absolute: ``--data-dir``, ``FEDEP_DATA_DIR``, the default."""
-    from fedep.data.files import resolve_data_dir as _resolve
+    from fedep.data.dataset_files import resolve_data_dir as _resolve
 
     return _resolve(arg or None).expanduser().resolve()
 
 
 def _check_dataset(name: str, root: Path) -> None:
-    from fedep.data.files import DATASET_URLS, KNOWN_FILES
+    from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES
 
     if name not in DATASET_URLS:
         raise UsageError(f"unknown --dataset {name!r}; choose from {', '.join(DATASET_URLS)}")
