@@ -39,8 +39,6 @@ FLOORS: dict[str, int] = {
     "params": 4,
     "detectors": 4,
     "modelfile": 5,
-    "_model_content": 5,
-    "persistence": 5,
     "evaluation": 6,
     "flower": 7,
     "cli": 7,

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
     from fedep.data import DataError, DatasetNotFoundError
-    from fedep.persistence import ModelFileError
+    from fedep.modelfile import ModelFileError
 
     parser = build_parser()
     try:

@@ -305,7 +305,7 @@ def output_feature_names(det) -> list[str]:
 
 
 def model_features(det, path) -> list[str]:
-    from fedep.persistence import ModelFileError
+    from fedep.modelfile import ModelFileError
 
     names = getattr(det, "feature_names_in_", None)
     if names is None:

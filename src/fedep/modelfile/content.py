@@ -1,6 +1,6 @@
 """What the metadata and arrays of a model file may hold: the schema that
-:mod:`fedep.persistence` checks a file's content against before building an estimator
-from it.
+:mod:`fedep.modelfile.estimator` checks a file's content against before building an
+estimator from it.
 
 Each JSON value is declared once (its type, bounds, allowed values, whether it may be
 null), each stored array with its named dimensions, so that an inconsistent file (one
