@@ -19,7 +19,7 @@ import pytest
 from hypothesis import settings
 
 from fedep.data import resolve_data_dir
-from fedep.data.files import KNOWN_FILES
+from fedep.data.dataset_files import KNOWN_FILES
 
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):

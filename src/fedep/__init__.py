@@ -29,15 +29,18 @@ def __getattr__(name):
 def save(det, path, *, sign_key=None) -> None:
     """Write a fitted detector to ``path``: versioned, checksummed, no pickle, atomic.
 
-    See :func:`fedep.persistence.save_model`.
+    See :func:`fedep.modelfile.estimator.save_model`.
     """
-    from fedep.persistence import save_model
+    from fedep.modelfile.estimator import save_model
 
     save_model(det, path, sign_key=sign_key)
 
 
 def load(path, *, verify_key=None, require_signature=False):
-    """Load a detector written by :func:`save` (see :func:`fedep.persistence.load_model`)."""
-    from fedep.persistence import load_model
+    """Load a detector written by :func:`save`.
+
+    See :func:`fedep.modelfile.estimator.load_model`.
+    """
+    from fedep.modelfile.estimator import load_model
 
     return load_model(path, verify_key=verify_key, require_signature=require_signature)

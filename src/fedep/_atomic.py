@@ -1,4 +1,4 @@
-"""Atomic file writes and early checks of output paths.
+"""Atomic file writes.
 
 :func:`atomic_write` writes to a temporary file in the target's directory, flushes and
 ``fsync``\\ s it, then renames it onto the target with :func:`os.replace` (atomic on
@@ -6,8 +6,8 @@ POSIX and Windows within one file system) and ``fsync``\\ s the directory. If an
 fails on the way (a full disk, an interrupt), the temporary file is removed and the
 previous target, if any, is left byte for byte as it was.
 
-:func:`check_writable` answers, before a long computation, whether its result could be
-written to a path at all, with a one-line :class:`OSError` naming the path if not.
+The command line checks its output paths before long work with
+:func:`fedep.cli._common.check_output_file`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "check_writable"]
+__all__ = ["atomic_write"]
 
 
 def _temp_name(target: Path) -> Path:
@@ -129,65 +129,3 @@ def atomic_write(
             os.unlink(tmp)
         raise
     _fsync_dir(target.parent)
-
-
-def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) -> Path:
-    """Check, before long work, that a file could be written at ``path``.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The intended output file.
-    make_parents : bool, default False
-        Create missing parent directories (otherwise only check they could be created).
-
-    Returns
-    -------
-    Path
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises
-    ------
-    IsADirectoryError
-        If ``path`` is a directory.
-    NotADirectoryError
-        If a parent of ``path`` is not a directory (for instance a regular file).
-    PermissionError
-        If the directory that would hold ``path`` is not writable.
-    OSError
-        If ``path`` exists but is not a regular file, or a probe file cannot be created
-        (for instance on a read-only file system).
-    """
-    p = Path(path)
-    if p.is_dir():
-        raise IsADirectoryError(f"output path {p} is a directory")
-    if p.exists() and not p.is_file():
-        raise OSError(f"output path {p} exists and is not a regular file")
-    parent = Path(os.path.realpath(p)).parent
-    ancestor = parent
-    while not ancestor.exists():
-        if ancestor.parent == ancestor:
-            break
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise NotADirectoryError(f"cannot write {p}: {ancestor} is not a directory")
-    if ancestor != parent:
-        if not os.access(ancestor, os.W_OK | os.X_OK):
-            raise PermissionError(f"cannot write {p}: cannot create directories in {ancestor}")
-        if not make_parents:
-            return p
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise type(exc)(f"cannot write {p}: cannot create {parent} ({exc.strerror})") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot write {p}: directory {parent} is not writable")
-    try:  # the decisive test: read-only file systems, ACLs, immutable directories
-        fd, tmp = _open_temp(parent / p.name, 0o600)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        raise type(exc)(f"cannot write {p}: cannot create files in {parent} ({why})") from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(tmp)
-    return p

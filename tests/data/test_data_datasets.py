@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedep.data import DataError, load_dataset
-from fedep.data.features import NSL_KDD_COLUMNS, UNSW_NB15_COLUMNS
+from fedep.data.feature_sets import NSL_KDD_COLUMNS, UNSW_NB15_COLUMNS
 
 
 def _unsw_rows(n: int, rng: np.random.Generator, start: int = 1) -> list[str]:

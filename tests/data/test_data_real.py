@@ -18,7 +18,7 @@ from fedep.data import (
     partition_sorted,
     verify_data_dir,
 )
-from fedep.data.features import FeatureTransformer
+from fedep.data.feature_sets import FeatureTransformer
 
 pytestmark = pytest.mark.realdata
 

@@ -42,7 +42,8 @@ import sys
 import threading
 import warnings
 
-from fedep.cli._common import PROG, UsageError, err, one_line, show_warning
+from fedep._errors import one_line
+from fedep.cli._common import PROG, UsageError, err, show_warning
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
     from fedep.data import DataError, DatasetNotFoundError
-    from fedep.persistence import ModelFileError
+    from fedep.modelfile import ModelFileError
 
     parser = build_parser()
     try:

@@ -25,14 +25,6 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------------- printing
 
 
-def one_line(exc: BaseException) -> str:
-    """The message of an exception on one line (OSErrors as ``file: reason``)."""
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
-        text = f"{exc.filename}: {exc.strerror}"
-    return " ".join(text.split())
-
-
 def err(msg: str) -> None:
     """Print ``fedep: error: msg`` on stderr."""
     print(f"{PROG}: error: {msg}", file=sys.stderr)
@@ -313,7 +305,7 @@ def output_feature_names(det) -> list[str]:
 
 
 def model_features(det, path) -> list[str]:
-    from fedep.persistence import ModelFileError
+    from fedep.modelfile import ModelFileError
 
     names = getattr(det, "feature_names_in_", None)
     if names is None:

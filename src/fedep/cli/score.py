@@ -21,13 +21,13 @@ file is removed and ``--output`` is left as it was.
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from fedep._atomic import atomic_write
+from fedep._errors import one_line
 from fedep.cli._common import (
     add_model_options,
     add_read_options,
@@ -38,7 +38,6 @@ from fedep.cli._common import (
     load_model,
     model_features,
     nonneg_int,
-    one_line,
     output_feature_names,
     positive_int,
     read_kwargs,
@@ -125,16 +124,6 @@ def score_block(det, X, groups, names, k):
     return scores, flags, det.anomaly_probability(scores), idx, vals
 
 
-def _temp_beside(dst: Path) -> Path:
-    """An empty new file next to ``dst`` with the permissions a new file would get."""
-    fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)
-    return Path(name)
-
-
 def streams_as_csv(src: Path, args) -> bool:
     """Whether ``src`` is a comma-separated CSV file, plain or compressed (streamed byte
     for byte)."""
@@ -169,20 +158,17 @@ def cmd_score(args) -> int:
     from fedep.data.stream import NotStreamable
 
     t0 = time.perf_counter()
-    tmp = _temp_beside(dst)
-    try:
+    # Errors and KeyboardInterrupt (SIGTERM too, turned into one by main) leave no file.
+    with atomic_write(dst) as fout:
         try:
-            with open(tmp, "wb") as fout:
-                run = _score_csv_stream if stream else _score_chunks
-                n_rows, n_anom = run(det, src, fout, tails_names, args)
+            run = _score_csv_stream if stream else _score_chunks
+            n_rows, n_anom = run(det, src, fout, tails_names, args)
         except NotStreamable as exc:
             # fit read this file as a table: so does score, rather than refuse it
             info(f"{one_line(exc)}: read as a table instead of streamed", args.quiet)
-            with open(tmp, "wb") as fout:
-                n_rows, n_anom = _score_chunks(det, src, fout, tails_names, args)
-        os.replace(tmp, dst)
-    finally:  # errors, KeyboardInterrupt (and SIGTERM, turned into one by main)
-        tmp.unlink(missing_ok=True)
+            fout.seek(0)
+            fout.truncate()
+            n_rows, n_anom = _score_chunks(det, src, fout, tails_names, args)
     dt = time.perf_counter() - t0
     rate = n_rows / dt if dt > 0 else float("inf")
     info(

@@ -1,19 +1,20 @@
 """Data: dataset loaders, CSV/Parquet, flow-record readers, features, partitions, synthetic data."""
 
+from fedep.data.client_splits import ClientSplit, make_client_split
+from fedep.data.dataset_files import (
+    FileRecord,
+    format_verify_report,
+    resolve_data_dir,
+    verify_data_dir,
+)
 from fedep.data.datasets import DATASETS, NSL_KDD_ATTACK_CATEGORIES, Dataset, load_dataset
 from fedep.data.errors import DataError, DatasetNotFoundError
-from fedep.data.features import (
+from fedep.data.feature_sets import (
     DATASET_FEATURE_SETS,
     FEATURE_SETS,
     FEATURE_SPECS,
     FORBIDDEN_COLUMNS,
     TARGET_COLUMNS,
-)
-from fedep.data.files import (
-    FileRecord,
-    format_verify_report,
-    resolve_data_dir,
-    verify_data_dir,
 )
 from fedep.data.partition import (
     format_partition_summary,
@@ -22,7 +23,6 @@ from fedep.data.partition import (
     partition_sorted,
     partition_summary,
 )
-from fedep.data.protocols import ClientSplit, make_client_split
 from fedep.data.readers import (
     ReadError,
     detect_format,

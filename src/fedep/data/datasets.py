@@ -37,8 +37,9 @@ import numpy as np
 import pandas as pd
 
 from fedep._names import DATASETS
+from fedep.data.dataset_files import DATASET_URLS, resolve_data_dir
 from fedep.data.errors import DataError, DatasetNotFoundError
-from fedep.data.features import (
+from fedep.data.feature_sets import (
     FEATURE_SETS,
     FEATURE_SPECS,
     NSL_KDD_COLUMNS,
@@ -47,7 +48,6 @@ from fedep.data.features import (
     UNSW_NB15_COLUMNS,
     FeatureTransformer,
 )
-from fedep.data.files import DATASET_URLS, resolve_data_dir
 
 __all__ = ["ALIAS_COLUMNS", "DATASETS", "NSL_KDD_ATTACK_CATEGORIES", "Dataset", "load_dataset"]
 
@@ -122,7 +122,7 @@ class Dataset:
         """The raw training and test tables as a user's own files would hold them.
 
         Every column of ``raw_train`` / ``raw_test`` except the label and attack-class
-        columns (:data:`~fedep.data.features.TARGET_COLUMNS`) and the loader's aliases
+        columns (:data:`~fedep.data.feature_sets.TARGET_COLUMNS`) and the loader's aliases
         (:data:`ALIAS_COLUMNS`): identifiers, addresses and text stay, for the feature
         pipeline (``features="auto"``) to decide about, as it would on a user's file.
         """
@@ -291,9 +291,9 @@ def load_dataset(
     ----------
     name : {"nsl-kdd", "unsw-nb15", "ton-iot"}
     data_dir : str or PathLike, optional
-        See :func:`~fedep.data.files.resolve_data_dir`.
+        See :func:`~fedep.data.dataset_files.resolve_data_dir`.
     feature_set : {"paper", "rich"}, default="paper"
-        See :mod:`fedep.data.features`.
+        See :mod:`fedep.data.feature_sets`.
     variant : {None, "full", "20percent"}, optional
         NSL-KDD only: ``"20percent"`` trains on ``KDDTrain+_20Percent.txt``.
     test_size : float, optional

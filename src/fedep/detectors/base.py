@@ -2,7 +2,7 @@
 
 One definition of a fitted detector (:meth:`BaseFederatedDetector.set_fitted` then
 :meth:`BaseFederatedDetector.fit_thresholds`), used by ``fit``, by loading
-(:mod:`fedep.persistence`) and by a Flower gateway. Subclasses supply the basis
+(:mod:`fedep.modelfile.estimator`) and by a Flower gateway. Subclasses supply the basis
 (``_fit_clients``) through hooks.
 """
 

@@ -139,8 +139,8 @@ def _pipeline(data: dict):
     """The server's feature pipeline, checked against the model file's schema first: a
     malformed or hostile message fails this gateway's reply with one line naming the
     field, not somewhere inside the encoding."""
-    from fedep._model_content import _check_pipeline_dict
     from fedep.features import FeaturePipeline
+    from fedep.modelfile.content import _check_pipeline_dict
 
     try:
         _check_pipeline_dict(data)
@@ -461,7 +461,7 @@ def finalize(msg: Message, context: Context) -> Message:
     det = gateway_model(context, arr["components"], info)
     path = context.node_config.get("model-path")
     if path:
-        from fedep.persistence import save_model
+        from fedep.modelfile.estimator import save_model
 
         Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
         save_model(det, str(path))  # atomic: the file is whole or absent

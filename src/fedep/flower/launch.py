@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedep._errors import one_line
 from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
 
 if TYPE_CHECKING:  # imported when used: bad arguments are answered before scikit-learn loads
@@ -525,19 +526,15 @@ def _option(name: str) -> str:
     return f"--{option_name(name)}"
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def resolve_data_dir(arg: str | None) -> Path:
     """The data directory, absolute: ``--data-dir``, ``FEDEP_DATA_DIR``, the default."""
-    from fedep.data.files import resolve_data_dir as _resolve
+    from fedep.data.dataset_files import resolve_data_dir as _resolve
 
     return _resolve(arg or None).expanduser().resolve()
 
 
 def _check_dataset(name: str, root: Path) -> None:
-    from fedep.data.files import DATASET_URLS, KNOWN_FILES
+    from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES
 
     if name not in DATASET_URLS:
         raise UsageError(f"unknown --dataset {name!r}; choose from {', '.join(DATASET_URLS)}")
@@ -591,7 +588,7 @@ def parse(argv=None):
         est = make_estimator(a.method, params)
         make_pipeline(pipe, est.features, spell=_option, needs="--features auto")
     except ValueError as exc:
-        raise UsageError(_one_line(exc)) from None
+        raise UsageError(one_line(exc)) from None
     a.params, a.table = params, table
     # Lists travel as comma-separated text (run-config values are TOML scalars).
     a.pipeline_config = {
@@ -726,7 +723,7 @@ def _run(a, table, guard: _SignalGuard) -> int:
         dep.submit(_run_config(a, table), result_path)
         res = dep.wait_result(result_path, timeout=a.timeout)
     except (RunFailed, TimeoutError) as exc:
-        error = _one_line(exc)
+        error = one_line(exc)
     finally:
         guard.armed = False  # from here on a signal cannot cut the clean-up short
         try:
@@ -773,7 +770,7 @@ def main(argv=None) -> int:
             try:
                 a = parse(argv)
             except UsageError as exc:
-                print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+                print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
                 return 2
             return _run(a, a.table, guard)
         except Interrupted as exc:

@@ -63,6 +63,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from fedep._errors import one_line
+
 __all__ = [
     "GatewayDataError",
     "arrays_of",
@@ -159,11 +161,6 @@ class GatewayDataError(ValueError):
     """The gateway's records cannot be loaded; the message is one line naming the problem."""
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
-
-
 def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | None]:
     """The gateway's own training records, from its node configuration.
 
@@ -198,7 +195,7 @@ def load_gateway_data(node_config: dict) -> tuple[np.ndarray, str, list[str] | N
     except GatewayDataError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GatewayDataError(f"gateway data: {_one_line(exc)}") from exc
+        raise GatewayDataError(f"gateway data: {one_line(exc)}") from exc
     where = node_config.get("data-path") or node_config.get("dataset") or "synthetic"
     if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
         raise GatewayDataError(f"gateway data: {where}: no records ({X.shape[0]} rows)")
@@ -272,7 +269,7 @@ def load_gateway_table(node_config: dict):
     except GatewayDataError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GatewayDataError(f"gateway data: {_one_line(exc)}") from exc
+        raise GatewayDataError(f"gateway data: {one_line(exc)}") from exc
     if df.shape[0] == 0 or df.shape[1] == 0:
         raise GatewayDataError(
             f"gateway data: {path}: no records ({df.shape[0]} rows, {df.shape[1]} columns)"
@@ -391,7 +388,7 @@ def _partition_table(cfg: dict):
     except GatewayDataError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GatewayDataError(f"gateway data: {_one_line(exc)}") from exc
+        raise GatewayDataError(f"gateway data: {one_line(exc)}") from exc
     df = ds.raw_inputs()[0].iloc[rows].reset_index(drop=True)
     return df, str(cfg.get("client-label", cfg["partition-id"]))
 

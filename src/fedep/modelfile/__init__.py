@@ -1,8 +1,20 @@
-"""The fedep model file format (version 2): a guarded zip of JSON and ``.npy`` members.
+"""The fedep model file: its format (version 2, a guarded zip of JSON and ``.npy``
+members), what a fitted detector's file holds, and the detector's save and load.
 
-This module knows the container only; it imports no estimator. :func:`write_model_file`
-stores a JSON-able ``meta`` dict and named NumPy arrays; :func:`read_model_file` returns
-them, or raises :class:`ModelFileError` with one line ``model file PATH: <problem>``.
+The package holds everything about model files:
+
+* :mod:`~fedep.modelfile.base`, :mod:`~fedep.modelfile.container`,
+  :mod:`~fedep.modelfile.meta`, :mod:`~fedep.modelfile.readwrite`,
+  :mod:`~fedep.modelfile.signing`: the container, its integrity digest, caps and
+  signatures, exported here; they import no estimator.
+* :mod:`~fedep.modelfile.content`: the schema of a detector's metadata and arrays.
+* :mod:`~fedep.modelfile.estimator`: a fitted detector to a file and back
+  (:func:`fedep.save` and :func:`fedep.load`); the one module that imports the
+  estimators, and not imported here, so that reading the container stays light.
+
+:func:`write_model_file` stores a JSON-able ``meta`` dict and named NumPy arrays;
+:func:`read_model_file` returns them, or raises :class:`ModelFileError` with one line
+``model file PATH: <problem>``.
 Reading never unpickles and keeps time and memory bounded by the caps below, whatever
 the bytes of the file.
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 
+from fedep._errors import one_line
+
 FORMAT = "fedep-model"
 FORMAT_VERSION = 2
 
@@ -49,18 +51,13 @@ class _Refuse(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def _one_line(text: object, limit: int = 200) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
 def _show_path(path: object) -> str:
     s = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
     return s if s.isprintable() else ascii(s)
 
 
 def _fail(path: object, what: str) -> ModelFileError:
-    return ModelFileError(f"model file {_show_path(path)}: {_one_line(what, 400)}")
+    return ModelFileError(f"model file {_show_path(path)}: {one_line(what, 400)}")
 
 
 def _size(n: float) -> str:
@@ -72,4 +69,4 @@ def _size(n: float) -> str:
 
 
 def _name(s: str) -> str:
-    return repr(_one_line(s, 60))
+    return repr(one_line(s, 60))

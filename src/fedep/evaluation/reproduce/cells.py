@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedep._atomic import atomic_write
 from fedep._json import jsonable
 
 __all__ = ["Cells", "kernels_compiled", "format_duration"]
@@ -118,9 +118,8 @@ class Cells:
         t0 = self._clock()
         value = jsonable(fn())
         dt = self._clock() - t0
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "seconds": dt, "value": value}))
-        os.replace(tmp, p)
+        with atomic_write(p, "w") as fh:
+            fh.write(json.dumps({"key": key, "seconds": dt, "value": value}))
         self.computed += 1
         if not compiling:
             self._seconds.append(dt)

@@ -13,7 +13,7 @@ from fedep.data import (
     resolve_data_dir,
     verify_data_dir,
 )
-from fedep.data.files import KNOWN_FILES, SHA256
+from fedep.data.dataset_files import KNOWN_FILES, SHA256
 
 
 def test_resolution_order(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """What the metadata and arrays of a model file may hold: the schema that
-:mod:`fedep.persistence` checks a file's content against before building an estimator
-from it.
+:mod:`fedep.modelfile.estimator` checks a file's content against before building an
+estimator from it.
 
 Each JSON value is declared once (its type, bounds, allowed values, whether it may be
 null), each stored array with its named dimensions, so that an inconsistent file (one
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fedep import detectors
+from fedep._errors import one_line
 from fedep.features.decide import ACTIONS, KINDS
 from fedep.federation.rounds import STOP_REASONS
 
@@ -117,7 +118,7 @@ class _Value:
                 if not isinstance(v, str):
                     raise ValueError(f"{where}[{i}] must be a string, not {_show(v)}")
                 if v in seen:
-                    raise ValueError(f"{where} has the duplicate entry {_one_line(v)!r}")
+                    raise ValueError(f"{where} has the duplicate entry {one_line(v, 40)!r}")
                 seen.add(v)
         elif k in ("reals", "counts"):
             integer = k == "counts"
@@ -142,10 +143,6 @@ def _finite(v: int | float) -> bool:
         return False
 
 
-def _one_line(v: str) -> str:
-    return v if len(v) <= 40 else v[:37] + "..."
-
-
 def _show(v: Any) -> str:
     """A value as an error message shows it: short, one line, with its JSON type."""
     if v is None:
@@ -156,7 +153,7 @@ def _show(v: Any) -> str:
         text = repr(v)
         return text if len(text) <= 40 else text[:37] + "..."
     if isinstance(v, str):
-        return "the string " + repr(_one_line(v))
+        return "the string " + repr(one_line(v, 40))
     return {dict: "a JSON object", list: "a list"}.get(type(v), type(v).__name__)
 
 

@@ -12,7 +12,7 @@ parameters, validates them with the estimator's own rules, and makes it fitted
 through the same ``set_fitted`` as ``fit``; any inconsistency is a
 :class:`~fedep.modelfile.ModelFileError` naming the file.
 
-Persistence imports the estimators; the estimators never import persistence.
+This module imports the estimators; the estimators never import :mod:`fedep.modelfile`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,15 @@ from sklearn.utils.validation import check_is_fitted
 
 from fedep import detectors
 from fedep._json import jsonable
-from fedep._model_content import _META, _SCALARS, _check_arrays, _check_object, _check_pipeline_dict
 from fedep.features import FeaturePipeline
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
+from fedep.modelfile.content import (
+    _META,
+    _SCALARS,
+    _check_arrays,
+    _check_object,
+    _check_pipeline_dict,
+)
 from fedep.params import validate_params
 
 __all__ = ["ModelFileError", "save_model", "load_model"]
@@ -93,7 +99,7 @@ def save_model(det, path, *, sign_key=None) -> None:
 def load_model(path, *, verify_key=None, require_signature=False):
     """Load a detector written by :func:`save_model`.
 
-    The file's content is checked against the schema of :mod:`fedep._model_content`
+    The file's content is checked against the schema of :mod:`fedep.modelfile.content`
     (its ``_META``, ``_SCALARS``, ``_ARRAYS`` and the feature pipeline's tables) before
     any of it reaches the estimator: a file whose digest was recomputed after an edit
     is refused here, with the field it got wrong, rather than failing (or scoring

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from fedep.data import FEATURE_SETS, FEATURE_SPECS, FORBIDDEN_COLUMNS, DataError
-from fedep.data.features import (
+from fedep.data.feature_sets import (
     NSL_KDD_COLUMNS,
     TON_IOT_COLUMNS,
     UNSW_NB15_COLUMNS,

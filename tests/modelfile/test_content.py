@@ -12,10 +12,10 @@ import pytest
 
 import fedep
 from fedep import FedEP
-from fedep._model_content import _ARRAYS, _SCALARS
 from fedep.cli import main
 from fedep.detectors import DETECTORS, FITTED_ARRAYS
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
+from fedep.modelfile.content import _ARRAYS, _SCALARS
 
 
 @pytest.fixture(scope="module")
