@@ -13,7 +13,7 @@ distance from counts only (:class:`ScoreCounts`, :func:`order_statistic`: each
 gateway answers how many of its scores lie at or below candidate cuts) and the PPCA
 parameters from sums (:func:`ppca_sums`). The loop is written once against
 :class:`TrimRecords`, served in process by :class:`LocalRecords` and over Flower by
-``fedep.flower.server_app.RemoteRecords``.
+``fedep.flower.gateways.RemoteRecords``.
 
 ``trim_start="median"`` starts from the half of the records closest to the
 coordinate-wise median (:func:`coordinate_median`, :func:`median_distance`) and takes
@@ -484,7 +484,7 @@ class TrimRecords(Protocol):
     Every method takes the standardisation ``mean``, ``scale`` (n,) the gateways
     apply to their records, and ``params`` for :func:`record_values`. In-process:
     :class:`LocalRecords`; over Flower, messages to the gateways
-    (``fedep.flower.server_app.RemoteRecords``).
+    (``fedep.flower.gateways.RemoteRecords``).
     """
 
     def counts(self, kind: str, mean, scale, params: dict):
