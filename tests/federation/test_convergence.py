@@ -137,5 +137,5 @@ def test_default_fit_on_the_official_sorted_split_reaches_tol(real_data_dir, nam
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         det.fit(ds.X_train[normal][order], groups=groups[order])
-    assert det.stop_reason_ == TOL_REASONS[det._method], det.history_[-1]
+    assert det.stop_reason_ == TOL_REASONS[det.server_step], det.history_[-1]
     assert det.n_iter_ < det.n_rounds

@@ -27,8 +27,8 @@ from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, run_rounds
 class _FederatedMixin:
     """The iterative federations (FedEP, FedPG): one cohort, the one round loop."""
 
-    #: The server step of :func:`fedep.federation.server.server_round`.
-    _method = ""
+    #: The server step of :func:`fedep.federation.server.server_round` ("fedep", "fedpg").
+    server_step = ""
 
     #: Fitted by rounds of messages, so over any transport (Flower included).
     runs_rounds = True
@@ -45,7 +45,7 @@ class _FederatedMixin:
         """The one round loop with these parameters, over in-process or remote clients."""
         return run_rounds(
             clients,
-            self._method,
+            self.server_step,
             V0,
             n_rounds=self.n_rounds,
             tol=self.tol,
@@ -88,7 +88,7 @@ class _FederatedMixin:
 
     def set_federation_result(self, res, *, warn: bool = True) -> None:
         """History, rounds and stop reason of a federation (in-process or Flower)."""
-        if warn and res.stop_reason != TOL_REASONS[self._method] and self.tol > 0:
+        if warn and res.stop_reason != TOL_REASONS[self.server_step] and self.tol > 0:
             why = (
                 f"at the round cap n_rounds={self.n_rounds}"
                 if res.stop_reason == "max_rounds"
@@ -97,7 +97,7 @@ class _FederatedMixin:
             last = res.history[-1] if res.history else {}
             shown = ", ".join(
                 f"{k} {last[k]:.2g}"
-                for k in STOP_MEASURES[self._method]
+                for k in STOP_MEASURES[self.server_step]
                 if isinstance(last.get(k), (int, float))
             )
             warnings.warn(
@@ -284,7 +284,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
     """
 
     persisted_scalars = (*BaseFederatedDetector.persisted_scalars, "n_iter_", "stop_reason_")
-    _method = "fedep"
+    server_step = "fedep"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
         **_FEDERATION_CONSTRAINTS,
@@ -437,7 +437,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
     """
 
     persisted_scalars = (*BaseFederatedDetector.persisted_scalars, "n_iter_", "stop_reason_")
-    _method = "fedpg"
+    server_step = "fedpg"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
         **_FEDERATION_CONSTRAINTS,

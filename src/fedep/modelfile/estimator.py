@@ -170,7 +170,7 @@ def _detector_from(meta: dict, files: dict):
         # "converged" for a fit that met tol.
         from fedep.federation.rounds import stop_reason_of
 
-        det.stop_reason_ = stop_reason_of(det.stop_reason_, cls._method)
+        det.stop_reason_ = stop_reason_of(det.stop_reason_, getattr(cls, "server_step", ""))
     if meta.get("history") is not None:
         det.history_ = meta["history"]
     _check_consistent(det, sc["n_features_in_"])
