@@ -55,6 +55,7 @@ from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
 from fedep.core.stiefel import polar, random_stiefel
 from fedep.core.trimming import add_ppca_sums
+from fedep.detectors import detector_param_table, make_estimator
 from fedep.federation.rounds import FederationResult, TooFewClients
 from fedep.federation.server import merge_reports, validate_report
 from fedep.flower.protocol import (
@@ -66,10 +67,10 @@ from fedep.flower.protocol import (
 )
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
-    make_estimator,
     make_pipeline,
     params_from_run_config,
     pipeline_params_from_run_config,
+    pipeline_table,
     run_config_defaults,
 )
 
@@ -92,7 +93,10 @@ RUN_KEYS: dict[str, Any] = {
 #: Run configuration of the ServerApp (``[tool.flwr.app.config]``, ``--run-config``):
 #: the run's own keys and one key per estimator parameter (:mod:`fedep.params`; left
 #: at ``""`` a parameter takes the chosen method's default).
-DEFAULT_RUN_CONFIG: dict[str, Any] = {**RUN_KEYS, **run_config_defaults()}
+DEFAULT_RUN_CONFIG: dict[str, Any] = {
+    **RUN_KEYS,
+    **run_config_defaults(detector_param_table(), pipeline_table()),
+}
 
 
 def exchange(
@@ -770,7 +774,7 @@ def run_federation(
 ) -> FederationResult:
     """Drive a whole FedEP/FedPG fit over a Flower grid.
 
-    The estimator is built from the run config by :func:`fedep.params.make_estimator`
+    The estimator is built from the run config by :func:`fedep.detectors.make_estimator`
     (validated with the estimator's own rules before any message is sent), its
     parameters shipped to the gateways, and the rounds run by the one round loop
     :func:`~fedep.federation.rounds.run_rounds`.
@@ -789,7 +793,7 @@ def run_federation(
     if key is not None:
         grid = SigningGrid(grid, key)
     method = str(cfg["method"])
-    est = make_estimator(method, params_from_run_config(cfg, method))
+    est = make_estimator(method, params_from_run_config(cfg, detector_param_table()))
     pipe_params = pipeline_params(cfg, est)
     if not hasattr(est, "_make_cohort"):
         raise ValueError(
