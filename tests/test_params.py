@@ -9,12 +9,11 @@ import pytest
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
 import fedep
+from fedep.detectors import METHODS, detector_param_table, make_estimator
 from fedep.params import (
-    METHODS,
-    make_estimator,
-    param_table,
     params_from_run_config,
     parse_value,
+    pipeline_table,
     run_config_defaults,
     validate_params,
 )
@@ -48,7 +47,7 @@ def _defaults(cls):
 
 
 def test_table_covers_every_parameter_with_a_help_text():
-    table = param_table()
+    table = detector_param_table()
     for m in METHODS:
         est = make_estimator(m)
         for name in est.get_params(deep=False):
@@ -65,24 +64,26 @@ def test_table_covers_every_parameter_with_a_help_text():
 def test_flower_run_config_defaults_are_the_estimators(method):
     from fedep.flower.server_app import DEFAULT_RUN_CONFIG
 
-    est = make_estimator(method, params_from_run_config(DEFAULT_RUN_CONFIG, method))
+    est = make_estimator(method, params_from_run_config(DEFAULT_RUN_CONFIG, detector_param_table()))
     fixed = {"case1": fedep.ABLATION_CASES["I"], "case2": fedep.ABLATION_CASES["II"],
              "case3": fedep.ABLATION_CASES["III"]}.get(method, {})  # fmt: skip
     got = est.get_params(deep=False)
     got.pop("callback", None)
     assert got == {**_defaults(type(est)), **fixed}
-    assert set(run_config_defaults()) <= set(DEFAULT_RUN_CONFIG)
+    assert set(run_config_defaults(detector_param_table(), pipeline_table())) <= set(
+        DEFAULT_RUN_CONFIG
+    )
 
 
 @pytest.mark.parametrize("method", ["fedep", "fedpg", "pca", "local-pca", "oneshot"])
 def test_every_parameter_is_reachable_from_the_run_config(method):
     est0 = make_estimator(method)
-    table = param_table()
+    table = detector_param_table()
     for name, default in _defaults(type(est0)).items():
         spec = table[name]
         value = _other_value(type(est0)._parameter_constraints[name], default)
         for raw in (value, str(value).lower() if isinstance(value, bool) else str(value)):
-            params = params_from_run_config({spec.key: raw}, method)
+            params = params_from_run_config({spec.key: raw}, detector_param_table())
             assert params == {name: value}, (name, raw, params)
             assert make_estimator(method, params).get_params()[name] == value
 
@@ -108,7 +109,7 @@ def test_invalid_values_get_the_estimators_message_on_every_path(method, params)
         type(est)(**est.get_params()).fit(np.random.default_rng(0).normal(size=(20, 4)))
     rc = {k.replace("_", "-"): (str(v) if isinstance(v, float) else v) for k, v in params.items()}
     with pytest.raises(InvalidParameterError) as from_rc:
-        make_estimator(method, params_from_run_config(rc, method))
+        make_estimator(method, params_from_run_config(rc, detector_param_table()))
     assert str(direct.value) == str(fitted.value) == str(from_rc.value)
     assert next(iter(params)) in str(direct.value)
 
@@ -150,10 +151,23 @@ def test_make_estimator_refuses_options_of_other_methods_and_fixed_cases():
         make_estimator("case1", {"beta": 0.5})
     with pytest.raises(ValueError, match="method must be one of"):
         make_estimator("pcaa")
+    with pytest.raises(ValueError, match="aggregation does not apply to method pca"):
+        make_estimator(
+            "pca", params_from_run_config({"aggregation": "median"}, detector_param_table())
+        )
+
+
+def test_make_estimator_by_detector_class_name():
+    # The reproduction's vocabulary: a class name, no fixed parameters.
+    est = make_estimator("FedEP", {"beta": 0.5, "random_state": 3})
+    assert type(est) is fedep.FedEP and (est.beta, est.random_state) == (0.5, 3)
+    assert type(make_estimator("PooledPCA")) is fedep.PooledPCA
+    with pytest.raises(ValueError, match="lr does not apply to method FedEP"):
+        make_estimator("FedEP", {"lr": 0.1})
 
 
 def test_parse_value_by_constraints():
-    t = param_table()
+    t = detector_param_table()
     assert parse_value(t["lr"], "none") is None
     assert parse_value(t["lr"], "0.5") == 0.5
     assert parse_value(t["n_components"], "7") == 7
@@ -180,7 +194,9 @@ def test_pipeline_parameters_on_every_surface():
 
     table = pipeline_table()
     assert set(table) == set(FeaturePipeline().get_params())
-    assert {"include", "scale-rule", "scale-floor"} <= set(run_config_defaults())
+    assert {"include", "scale-rule", "scale-floor"} <= set(
+        run_config_defaults(detector_param_table(), table)
+    )
     got = pipeline_params_from_run_config({"include": "a, b", "scale-rule": "none", "alpha": 2})
     assert got == {"include": ["a", "b"], "scale_rule": None}
     ap = argparse.ArgumentParser()

@@ -17,6 +17,11 @@ defaults, and the estimator's own validation message for a bad value. Adding a
 hyper-parameter therefore touches the core (what it means numerically) and the
 estimator (its constraint, default and docstring) only.
 
+The module knows no estimator: its callers pass the classes (:func:`param_table`),
+e.g. every detector (:func:`fedep.detectors.detector_param_table`), so that the
+detectors can use its validation (:func:`validate_params`). The method names and the
+one estimator factory are :mod:`fedep.detectors.registry`'s.
+
 Values cross text surfaces (argv, TOML, JSON) as text or TOML scalars:
 :func:`parse_value` turns them back into Python values by the parameter's
 constraints (``"none"`` for ``None``, ``true``/``false`` for booleans, the options of
@@ -43,11 +48,9 @@ from sklearn.utils._param_validation import (
 __all__ = [
     "ParamSpec",
     "InvalidParameterError",
-    "METHODS",
     "param_table",
     "parse_value",
     "validate_params",
-    "make_estimator",
     "add_param_options",
     "params_from_args",
     "run_config_defaults",
@@ -117,20 +120,19 @@ def _docstring_params(cls) -> dict[str, str]:
     return out
 
 
-def param_table(estimators=None) -> dict[str, ParamSpec]:
+def param_table(estimators) -> dict[str, ParamSpec]:
     """Every hyper-parameter of the given estimator classes, in declaration order.
 
     Parameters
     ----------
-    estimators : iterable of estimator classes, optional
-        Default: the classes of :data:`METHODS`.
+    estimators : iterable of estimator classes
+        E.g. every detector (:func:`fedep.detectors.detector_param_table`) or the
+        feature pipeline (:func:`pipeline_table`).
 
     Returns
     -------
     dict of str -> ParamSpec
     """
-    if estimators is None:
-        estimators = _method_classes()
     table: dict[str, dict] = {}
     for cls in estimators:
         sig = inspect.signature(cls.__init__)
@@ -231,74 +233,6 @@ def validate_params(est) -> None:
         combined()
 
 
-# ---------------------------------------------------------------------- methods
-#: Method names of the command line and the Flower run config (``--method``): the
-#: detector class and, for FedEP's ablation cases, the paper's case.
-_METHOD_SPECS: dict[str, tuple[str, str | None]] = {
-    "fedep": ("FedEP", None),
-    "fedpg": ("FedPG", None),
-    "case1": ("FedEP", "I"),
-    "case2": ("FedEP", "II"),
-    "case3": ("FedEP", "III"),
-    "pca": ("PooledPCA", None),
-    "local-pca": ("LocalPCA", None),
-    "oneshot": ("OneShotPCA", None),
-}
-METHODS: tuple[str, ...] = tuple(_METHOD_SPECS)
-
-
-def _method_classes():
-    from fedep.detectors import DETECTORS
-
-    return tuple(DETECTORS.values())
-
-
-def _methods() -> dict[str, tuple[type, dict]]:
-    # Resolved on use: the detectors import this module.
-    from fedep.detectors import ABLATION_CASES, DETECTORS
-
-    return {
-        m: (DETECTORS[cls], dict(ABLATION_CASES[case]) if case else {})
-        for m, (cls, case) in _METHOD_SPECS.items()
-    }
-
-
-def make_estimator(method: str, params: dict[str, Any] | None = None, *, validate=True):
-    """The estimator of a method name with the given parameters (validated).
-
-    Parameters
-    ----------
-    method : str
-        One of :data:`METHODS`; ``case1``..``case3`` are FedEP's ablation cases, whose
-        fixed parameters may not be overridden with other values.
-    params : dict, optional
-        Parameters by Python name; one that the method's estimator does not accept
-        is an error naming the option.
-
-    Raises
-    ------
-    ValueError
-        Unknown method, a parameter that does not apply, or (``validate``) the
-        estimator's own message for a bad value.
-    """
-    table = _methods()
-    if method not in table:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    cls, fixed = table[method]
-    params = dict(params or {})
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    for name in params:
-        if name not in accepted:
-            raise ValueError(f"{option_name(name)} does not apply to method {method}")
-    clash = [k for k in fixed if k in params and params[k] != fixed[k]]
-    if clash:
-        raise ValueError(f"{option_name(clash[0])} is fixed by method {method} ({fixed})")
-    est = cls(**{**params, **fixed})
-    if validate:
-        validate_params(est)
-    return est
-
-
 # ---------------------------------------------------------------------- CLI
 def _metavar(spec: ParamSpec) -> str:
     parts = []
@@ -323,7 +257,7 @@ def _default_text(spec: ParamSpec) -> str:
 
 def add_param_options(
     parser: argparse.ArgumentParser,
-    table=None,
+    table: dict[str, ParamSpec],
     title: str = "estimator parameters (one per estimator parameter)",
 ) -> None:
     """Add one ``--key`` option per parameter of the table (default: not given).
@@ -332,7 +266,6 @@ def add_param_options(
     Every option's default is "not given" (the estimator's own default applies), so
     that :func:`params_from_args` passes only what the user typed.
     """
-    table = param_table() if table is None else table
     group = parser.add_argument_group(title)
     for spec in table.values():
         used = ", ".join(spec.estimators)
@@ -359,9 +292,8 @@ def add_param_options(
             )
 
 
-def params_from_args(args: argparse.Namespace, table=None) -> dict[str, Any]:
-    """The parameters given on the command line, as Python values."""
-    table = param_table() if table is None else table
+def params_from_args(args: argparse.Namespace, table: dict[str, ParamSpec]) -> dict[str, Any]:
+    """The parameters of ``table`` given on the command line, as Python values."""
     out = {}
     for spec in table.values():
         v = getattr(args, f"param__{spec.name}", None)
@@ -414,42 +346,32 @@ def make_pipeline(
     return pipe
 
 
-def run_config_defaults() -> dict[str, Any]:
-    """One run-config key per parameter of every estimator and of the feature
-    pipeline, each :data:`UNSET`.
+def run_config_defaults(*tables: dict[str, ParamSpec]) -> dict[str, Any]:
+    """One run-config key per parameter of the given tables, each :data:`UNSET`.
 
     Flower only accepts ``--run-config`` keys that the app declares, so every
-    parameter is declared; left unset it takes the chosen method's own default.
+    parameter (of every estimator and of the feature pipeline) is declared; left
+    unset it takes the chosen method's own default.
     """
-    return {spec.key: UNSET for spec in (*param_table().values(), *pipeline_table().values())}
+    return {spec.key: UNSET for table in tables for spec in table.values()}
 
 
-def pipeline_params_from_run_config(run_config: dict) -> dict[str, Any]:
-    """The feature-pipeline parameters set in a Flower run config, as Python values
-    (a list of column names is comma-separated text)."""
+def params_from_run_config(run_config: dict, table: dict[str, ParamSpec]) -> dict[str, Any]:
+    """The parameters of ``table`` set in a Flower run config, as Python values (a list
+    of column names is comma-separated text).
+
+    Keys that are not in the table configure something else and are ignored here;
+    whether a parameter applies to the chosen method is the estimator factory's check
+    (:func:`fedep.detectors.make_estimator`).
+    """
     out = {}
-    for spec in pipeline_table().values():
+    for spec in table.values():
         v = run_config.get(spec.key, UNSET)
         if not (isinstance(v, str) and v == UNSET):
             out[spec.name] = parse_value(spec, v)
     return out
 
 
-def params_from_run_config(run_config: dict, method: str) -> dict[str, Any]:
-    """The estimator parameters set in a Flower run config, as Python values.
-
-    Keys that are not parameters configure the run itself and are ignored here;
-    a parameter of another estimator set to a value is an error naming it.
-    """
-    cls, _ = _methods()[method] if method in _methods() else (None, None)
-    if cls is None:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    out = {}
-    for spec in param_table().values():
-        v = run_config.get(spec.key, UNSET)
-        if isinstance(v, str) and v == UNSET:
-            continue
-        if cls.__name__ not in spec.estimators:
-            raise ValueError(f"{spec.key} does not apply to method {method}")
-        out[spec.name] = parse_value(spec, v)
-    return out
+def pipeline_params_from_run_config(run_config: dict) -> dict[str, Any]:
+    """The feature-pipeline parameters set in a Flower run config, as Python values."""
+    return params_from_run_config(run_config, pipeline_table())

@@ -11,8 +11,17 @@ from sklearn.utils._param_validation import Interval, StrOptions
 import fedep.cli.fit as fit_mod
 import fedep.cli.training
 from fedep.cli import UsageError, build_parser, main
-from fedep.detectors import ABLATION_CASES, FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
-from fedep.params import METHODS, param_table, validate_params
+from fedep.detectors import (
+    ABLATION_CASES,
+    METHODS,
+    FedEP,
+    FedPG,
+    LocalPCA,
+    OneShotPCA,
+    PooledPCA,
+    detector_param_table,
+)
+from fedep.params import validate_params
 
 from ._helpers import one_error_line
 
@@ -105,9 +114,9 @@ def _other_value(spec, default):
     raise AssertionError(f"no test value for {spec.name}")  # pragma: no cover
 
 
-@pytest.mark.parametrize("name", list(param_table()))
+@pytest.mark.parametrize("name", list(detector_param_table()))
 def test_every_parameter_is_reachable_from_fit(name):
-    spec = param_table()[name]
+    spec = detector_param_table()[name]
     method = _METHOD_OF_CLASS[spec.estimators[0]]
     default = spec.defaults[spec.estimators[0]]
     value, argv = _other_value(spec, default)
@@ -122,7 +131,7 @@ def test_every_parameter_is_reachable_from_fit(name):
 def test_every_parameter_has_one_option():
     fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
     options = set(fit_parser._option_string_actions)
-    for spec in param_table().values():
+    for spec in detector_param_table().values():
         assert f"--{spec.key}" in options, spec.key
     for old in ("--rank", "--rounds", "--seed", "--dirichlet-alpha"):
         assert old not in options

@@ -157,9 +157,10 @@ def test_feature_pipeline_instance_as_parameter(flows):
 
 
 def test_features_on_the_parameter_table():
-    from fedep.params import _metavar, param_table, parse_value
+    from fedep.detectors import detector_param_table
+    from fedep.params import _metavar, parse_value
 
-    spec = param_table()["features"]
+    spec = detector_param_table()["features"]
     assert set(spec.estimators) == {c.__name__ for c in ALL}
     assert _metavar(spec) == "{auto,numeric}"
     assert parse_value(spec, "numeric") == "numeric"

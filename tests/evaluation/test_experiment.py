@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from fedep.evaluation.experiment import evaluate_detector, make_detector, per_round_curve
+from fedep.detectors import make_estimator
+from fedep.evaluation.experiment import evaluate_detector, per_round_curve
 from fedep.evaluation.reproduce import synthetic_split
 
 
@@ -14,7 +15,7 @@ def test_per_round_curve_is_the_real_fit(method):
     params = {"n_components": 5, "init": "oneshot", "client_fraction": 0.5}
     curve = per_round_curve(method, params, sp, 4, random_state=3)
     assert [r["round"] for r in curve] == [1, 2, 3, 4]
-    det = make_detector(method, {**params, "n_rounds": 4, "tol": 0.0}, 3)
+    det = make_estimator(method, {**params, "n_rounds": 4, "tol": 0.0, "random_state": 3})
     det.fit(sp.X_train, groups=sp.groups_train)
     # the last point scores the same basis as the detector fitted with the same
     # parameters, init and client sampling

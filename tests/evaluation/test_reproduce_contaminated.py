@@ -5,7 +5,7 @@ import pytest
 
 from fedep.evaluation.reproduce.config import MODES
 from fedep.evaluation.reproduce.contaminated import (
-    METHODS,
+    CONTAMINATED_METHODS,
     collect_contaminated,
     contaminated_section,
     training_set,
@@ -38,7 +38,7 @@ def _fake_values(cfg, names):
     for seed in cfg["seeds"]:
         for i, name in enumerate(names):
             for share in c["shares"]:
-                for j, m in enumerate(METHODS):
+                for j, m in enumerate(CONTAMINATED_METHODS):
                     values[f"contam-{name}-{float(share):g}-{m}-s{seed}"] = {
                         # seed k moves every ROC AUC by k / 100
                         "roc_auc": 0.9 - share * j / 10 - i / 100 + seed / 100,
@@ -60,17 +60,17 @@ def test_collect_and_section_give_every_cell_and_the_auc_lost():
     names = ["nsl-kdd", "unsw-nb15"]
     ct = collect_contaminated(_fake_values(cfg, names), cfg, names)
     shares = cfg["contaminated"]["shares"]
-    assert len(ct["rows"]) == len(names) * len(shares) * len(METHODS)
+    assert len(ct["rows"]) == len(names) * len(shares) * len(CONTAMINATED_METHODS)
     assert ct["config"]["seeds"] == cfg["seeds"]
     text = "".join(contaminated_section({"contaminated": ct}))
     assert "## Training on traffic that already holds attacks" in text
-    for m in METHODS:
+    for m in CONTAMINATED_METHODS:
         assert f"| {m} |" in text
     # AUC lost = clean - contaminated, per method (0.2 * j / 10 for method j at 20 %)
     top = max(shares)
-    lost = top * (len(METHODS) - 1) / 10
-    assert f"| nsl-kdd | {METHODS[-1]} | {100 * top:.0f} | {lost:+.4f} |" in text
-    assert f"| {METHODS[-1]} | 0.9000 | 5.00 | 50.00 | - |" in text  # MCD: no estimate
+    lost = top * (len(CONTAMINATED_METHODS) - 1) / 10
+    assert f"| nsl-kdd | {CONTAMINATED_METHODS[-1]} | {100 * top:.0f} | {lost:+.4f} |" in text
+    assert f"| {CONTAMINATED_METHODS[-1]} | 0.9000 | 5.00 | 50.00 | - |" in text  # MCD: no estimate
     assert "lowest" not in text  # one seed: no spread
     assert contaminated_section({"contaminated": {"config": {}, "rows": []}}) == []
     assert contaminated_section({}) == []
@@ -80,14 +80,14 @@ def test_several_seeds_give_mean_spread_lowest_and_the_loss_of_the_means():
     cfg = {**MODES["quick"], "seeds": [0, 1, 2]}
     names = ["nsl-kdd"]
     values = _fake_values(cfg, names)
-    values.pop(f"contam-nsl-kdd-0-{METHODS[0]}-s2")  # a missing cell is left out, not zero
+    values.pop(f"contam-nsl-kdd-0-{CONTAMINATED_METHODS[0]}-s2")  # left out, not zero
     ct = collect_contaminated(values, cfg, names)
     shares = cfg["contaminated"]["shares"]
-    assert len(ct["rows"]) == len(shares) * len(METHODS) * 3 - 1
+    assert len(ct["rows"]) == len(shares) * len(CONTAMINATED_METHODS) * 3 - 1
     assert {r["seed"] for r in ct["rows"]} == {0, 1, 2}
     text = "".join(contaminated_section({"contaminated": ct}))
     assert "seeds 0, 1, 2" in text and "| lowest |" in text
     # MCD (j = 4) at the clean share: 0.90, 0.91, 0.92 -> mean 0.91, std 0.0082, lowest 0.90
-    assert f"| 0.0 | {METHODS[-1]} | 0.9100 ± 0.0082 | 0.9000 |" in text
+    assert f"| 0.0 | {CONTAMINATED_METHODS[-1]} | 0.9100 ± 0.0082 | 0.9000 |" in text
     # method 0 clean over seeds 0 and 1 only: 0.905; at 20 % over 0, 1, 2: 0.91
-    assert f"| nsl-kdd | {METHODS[0]} | {100 * max(shares):.0f} | -0.0050 |" in text
+    assert f"| nsl-kdd | {CONTAMINATED_METHODS[0]} | {100 * max(shares):.0f} | -0.0050 |" in text

@@ -91,12 +91,12 @@ def test_scaling_selection_uses_validation_only():
 
 def test_set_detector_scaling_spec_and_rank_grid():
     from fedep.evaluation.reproduce.config import best_grid
-    from fedep.evaluation.reproduce.plan import make_set_detector
+    from fedep.evaluation.reproduce.plan import make_cell_detector
 
-    det = make_set_detector("PooledPCA", {"n_components": 3, "scaling": "quantile/shrink:0.3"})
+    det = make_cell_detector("PooledPCA", {"n_components": 3, "scaling": "quantile/shrink:0.3"})
     assert det.features.get_params()["numeric_transform"] == "quantile"
     assert (det.features.scale_rule, det.features.scale_floor) == ("shrink", 0.3)
-    det = make_set_detector("PooledPCA", {"n_components": 3, "scaling": "floor:0.1"})
+    det = make_cell_detector("PooledPCA", {"n_components": 3, "scaling": "floor:0.1"})
     assert det.features.numeric_transform == "log" and det.features.scale_floor == 0.1
     best = {"ranks": [5, 10, 40, 60, 80], "max_rank": {"FedEP": 40}, "alphas": [1.0]}
     assert best_grid("FedEP", best, 173)["n_components"] == [5, 10, 40]
@@ -129,7 +129,7 @@ def test_scaling_selection_equals_the_plain_grid_over_pipeline_detectors():
     import pandas as pd
 
     from fedep.evaluation.reproduce import synthetic_split
-    from fedep.evaluation.reproduce.plan import make_set_detector, select_scaling
+    from fedep.evaluation.reproduce.plan import make_cell_detector, select_scaling
     from fedep.evaluation.selection import grid_search
 
     sp = synthetic_split(5)
@@ -139,7 +139,7 @@ def test_scaling_selection_equals_the_plain_grid_over_pipeline_detectors():
     fast = select_scaling(sp, best, seed=0)
     grid = {"scaling": best["scalings"], "n_components": best["ranks"]}
     slow = grid_search(
-        lambda p: make_set_detector("PooledPCA", p, 0),
+        lambda p: make_cell_detector("PooledPCA", p, 0),
         grid,
         sp.X_train,
         sp.groups_train,

@@ -13,7 +13,8 @@ from fedep import FedEP, FedPG
 from fedep.core.fedep import RoundReport
 from fedep.core.stiefel import polar, projector_distance
 from fedep.data import make_federated_data
-from fedep.params import make_estimator, params_from_run_config
+from fedep.detectors import detector_param_table, make_estimator
+from fedep.params import params_from_run_config
 
 D, BAD = 10, (8, 9)
 
@@ -115,7 +116,9 @@ def test_aggregation_is_on_the_cli_and_the_flower_run_config():
     )  # fmt: skip
     assert fit_mod.build_estimator(args).aggregation == "trimmed"
     for method in ("fedep", "fedpg", "case1"):
-        params = params_from_run_config({"aggregation": "median"}, method)
+        params = params_from_run_config({"aggregation": "median"}, detector_param_table())
         assert make_estimator(method, params).aggregation == "median"
     with pytest.raises(ValueError, match="aggregation does not apply to method pca"):
-        params_from_run_config({"aggregation": "median"}, "pca")
+        make_estimator(
+            "pca", params_from_run_config({"aggregation": "median"}, detector_param_table())
+        )

@@ -47,7 +47,8 @@ PROTOCOLS = ("clean", "contaminated")
 
 
 def register(sub) -> None:
-    from fedep.params import METHODS, add_param_options, pipeline_table
+    from fedep.detectors import METHODS, detector_param_table
+    from fedep.params import add_param_options, pipeline_table
 
     p = sub.add_parser(
         "fit",
@@ -73,7 +74,7 @@ def register(sub) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     add_param_options(p, pipeline_table(), "feature pipeline (with --features auto, the default)")
-    add_param_options(p)
+    add_param_options(p, detector_param_table())
     p.set_defaults(func=cmd_fit)
 
 
@@ -85,15 +86,10 @@ def build_estimator(args: argparse.Namespace):
     ValueError
         An option of another method, or the estimator's own message for a bad value.
     """
-    from fedep.params import (
-        make_estimator,
-        make_pipeline,
-        option_name,
-        params_from_args,
-        validate_params,
-    )
+    from fedep.detectors import detector_param_table, make_estimator
+    from fedep.params import make_pipeline, option_name, params_from_args, validate_params
 
-    params = params_from_args(args)
+    params = params_from_args(args, detector_param_table())
     overrides = pipeline_overrides(args)
     if overrides:
         # Checked and refused before any data is read.

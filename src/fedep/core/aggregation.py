@@ -86,7 +86,7 @@ __all__ = [
     "trimmed_consensus",
 ]
 
-#: Server steps :func:`robust_step` knows.
+#: Server steps :func:`robust_step` knows: the estimators' ``aggregation`` options.
 AGGREGATIONS = ("mean", "median", "trimmed")
 
 

@@ -58,7 +58,15 @@ from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import l21_norm, prox_l1
 
-__all__ = ["FedEPSettings", "FedEPCohort", "aggregate_consensus", "consensus_terms", "gram_sketch"]
+__all__ = [
+    "CONSENSUS_WEIGHTS",
+    "PENALTY_SCALINGS",
+    "FedEPSettings",
+    "FedEPCohort",
+    "aggregate_consensus",
+    "consensus_terms",
+    "gram_sketch",
+]
 
 
 def _single_threaded_blas(fn):
@@ -90,6 +98,14 @@ def _blas_controller() -> ThreadpoolController:
 
 #: Floor of the curvature weight per record (``nu_i >= nu * CURVATURE_FLOOR * N_i``).
 CURVATURE_FLOOR = 1e-2
+
+#: ``penalty_scaling`` of FedEP and FedPG: ``"relative"`` scales the penalties per
+#: client (by its records or curvature), ``"paper"`` takes them literally.
+PENALTY_SCALINGS = ("relative", "paper")
+
+#: ``consensus_weights`` of FedEP and FedPG: each client's weight in the server's step
+#: (``"auto"``: ``"curvature"`` under relative scaling, else ``"uniform"``).
+CONSENSUS_WEIGHTS = ("auto", "curvature", "samples", "uniform")
 
 
 @dataclass(frozen=True)

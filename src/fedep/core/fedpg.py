@@ -50,7 +50,11 @@ from fedep.core.fedep import CURVATURE_FLOOR, RoundReport, _copy_state, _single_
 from fedep.core.layout import make_groups
 from fedep.core.stiefel import retract_qr
 
-__all__ = ["FedPGSettings", "FedPGCohort", "aggregate_mean", "penalty_scale"]
+__all__ = ["MANIFOLDS", "FedPGSettings", "FedPGCohort", "aggregate_mean", "penalty_scale"]
+
+#: ``manifold`` of FedPG: the Riemannian gradient's geometry (Stiefel, or the
+#: authors' Grassmann projection).
+MANIFOLDS = ("stiefel", "grassmann")
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,7 @@ class FedPGCohort:
         self.trX = np.einsum("dii->d", self.C).copy()
         self.W = np.broadcast_to(V0, (self.d, self.n, self.r)).copy()
         self.Y = np.zeros_like(self.W)
-        if settings.manifold not in ("stiefel", "grassmann"):
+        if settings.manifold not in MANIFOLDS:
             raise ValueError(
                 f"manifold must be 'stiefel' or 'grassmann'; got {settings.manifold!r}"
             )

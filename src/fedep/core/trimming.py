@@ -66,10 +66,15 @@ __all__ = [
     "LocalRecords",
     "trim_share",
     "median_start",
+    "TRIM_STARTS",
     "selection",
     "concentration_steps",
     "describe_trimming",
 ]
+
+#: Where the concentration steps start (``trim_start``): from every record, or from
+#: the records nearest the coordinate-wise median (:func:`median_start`).
+TRIM_STARTS = ("all", "median")
 
 #: Robust z-score above which a record counts as contamination (chosen on synthetic
 #: data: see ``tests/core/test_trimming.py`` and ``benchmarks/bench_contaminated.py``).

@@ -14,6 +14,10 @@ Conventions (PyOD): ``decision_function`` (higher = more anomalous),
 quantile of the training scores: never test data), ``labels_`` and ``predict``
 returning 0 (normal) / 1 (anomaly). ``score_samples`` is the scikit-learn sign
 (higher = more normal).
+
+By name (:mod:`fedep.detectors.registry`): :data:`DETECTORS` (class name -> class),
+:data:`METHODS` (method name -> class and fixed parameters) and
+:func:`make_estimator`, the one factory every surface builds its detectors with.
 """
 
 from fedep.detectors.base import (
@@ -23,14 +27,20 @@ from fedep.detectors.base import (
 )
 from fedep.detectors.baselines import LocalPCA, OneShotPCA, PooledPCA
 from fedep.detectors.federated import FedEP, FedPG
-
-#: Every detector class by name: the one registry (model files, method names, tables).
-DETECTORS: dict[str, type[BaseFederatedDetector]] = {
-    c.__name__: c for c in (FedEP, FedPG, PooledPCA, LocalPCA, OneShotPCA)
-}
+from fedep.detectors.registry import (
+    DETECTORS,
+    METHODS,
+    Method,
+    detector_param_table,
+    make_estimator,
+)
 
 __all__ = [
     "DETECTORS",
+    "METHODS",
+    "Method",
+    "detector_param_table",
+    "make_estimator",
     "BaseFederatedDetector",
     "FedEP",
     "FedPG",

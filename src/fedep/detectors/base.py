@@ -23,6 +23,7 @@ from fedep.core.baselines import client_sketch, oneshot_merge
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stiefel import random_stiefel
 from fedep.core.trimming import (
+    TRIM_STARTS,
     ScoreCounts,
     concentration_steps,
     estimate_contamination,
@@ -62,7 +63,7 @@ _COMMON_CONSTRAINTS: dict = {
     "contamination": [StrOptions({"auto"}), Interval(Real, 0.0, 0.5, closed="right")],
     "trim_steps": [Interval(Integral, 0, None, closed="left")],
     "trim_share": [Interval(Real, 0.0, 0.5, closed="neither"), None],
-    "trim_start": [StrOptions({"median", "all"})],
+    "trim_start": [StrOptions(set(TRIM_STARTS))],
     "random_state": ["random_state"],
 }
 _FEDERATION_CONSTRAINTS: dict = {

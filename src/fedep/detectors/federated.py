@@ -9,10 +9,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from fedep._json import jsonable
+from fedep.core.aggregation import AGGREGATIONS
 from fedep.core.baselines import oneshot_merge
 from fedep.core.cohort import cohort_spec, make_cohort
-from fedep.core.fedep import FedEPSettings
-from fedep.core.fedpg import FedPGSettings
+from fedep.core.fedep import CONSENSUS_WEIGHTS, PENALTY_SCALINGS, FedEPSettings
+from fedep.core.fedpg import MANIFOLDS, FedPGSettings
 from fedep.core.stiefel import polar, random_stiefel
 from fedep.detectors.base import (
     _COMMON_CONSTRAINTS,
@@ -293,9 +294,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         "mu": [Interval(Real, 0.0, None, closed="neither")],
         "nu": [Interval(Real, 0.0, None, closed="neither")],
         "sparse_corruption": ["boolean"],
-        "penalty_scaling": [StrOptions({"relative", "paper"})],
-        "consensus_weights": [StrOptions({"auto", "curvature", "samples", "uniform"})],
-        "aggregation": [StrOptions({"mean", "median", "trimmed"})],
+        "penalty_scaling": [StrOptions(set(PENALTY_SCALINGS))],
+        "consensus_weights": [StrOptions(set(CONSENSUS_WEIGHTS))],
+        "aggregation": [StrOptions(set(AGGREGATIONS))],
         "inner_max_iter": _POSITIVE_INT,
         "remerge": ["boolean"],
     }
@@ -444,10 +445,10 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         "lr": [Interval(Real, 0.0, None, closed="neither"), None],
         "rho": [Interval(Real, 0.0, None, closed="left")],
         "local_epochs": _POSITIVE_INT,
-        "penalty_scaling": [StrOptions({"relative", "paper"})],
-        "consensus_weights": [StrOptions({"auto", "curvature", "samples", "uniform"})],
-        "manifold": [StrOptions({"stiefel", "grassmann"})],
-        "aggregation": [StrOptions({"mean", "median", "trimmed"})],
+        "penalty_scaling": [StrOptions(set(PENALTY_SCALINGS))],
+        "consensus_weights": [StrOptions(set(CONSENSUS_WEIGHTS))],
+        "manifold": [StrOptions(set(MANIFOLDS))],
+        "aggregation": [StrOptions(set(AGGREGATIONS))],
     }
 
     def __init__(

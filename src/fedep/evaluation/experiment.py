@@ -18,27 +18,17 @@ from sklearn.exceptions import ConvergenceWarning
 from fedep.core.scoring import residual_energy
 from fedep.core.stiefel import polar
 from fedep.data import ClientSplit, Dataset, make_client_split
-from fedep.detectors import DETECTORS
+from fedep.detectors import make_estimator
 from fedep.evaluation.evaluate import evaluate_fitted
 from fedep.evaluation.metrics import detection_metrics
 from fedep.evaluation.thresholds import DEFAULT_TARGET_FPR, threshold_from_validation
 
 __all__ = [
-    "METHODS",
-    "make_detector",
     "prepare_split",
     "subsample_split",
     "evaluate_detector",
     "per_round_curve",
 ]
-
-METHODS = DETECTORS
-
-
-def make_detector(method: str, params: dict | None = None, random_state: int = 0):
-    """A detector by name with ``params`` and a seed."""
-    cls = METHODS[method]
-    return cls(**(params or {}), random_state=random_state)
 
 
 def _subset_train(ds: Dataset, mask: np.ndarray) -> Dataset:
@@ -232,7 +222,8 @@ def per_round_curve(
 ) -> list[dict[str, float]]:
     """Test accuracy / ROC AUC / objective of the global basis after each round.
 
-    Fits ``make_detector(method, params)`` ONCE, with ``n_rounds`` rounds and
+    Fits ``make_estimator(method, params)`` (:func:`fedep.detectors.make_estimator`,
+    seeded with ``random_state``) ONCE, with ``n_rounds`` rounds and
     ``tol=0`` (every round runs), and a ``callback(round, V, record)`` that scores the
     orthonormalised consensus ``polar(V)`` after every round of that fit: same
     parameters, initialisation and client sampling as the detector's own fit. The
@@ -265,10 +256,15 @@ def per_round_curve(
             }
         )
 
-    det = make_detector(
+    det = make_estimator(
         method,
-        {**params, "n_rounds": int(n_rounds), "tol": 0.0, "callback": on_round},
-        random_state,
+        {
+            **params,
+            "n_rounds": int(n_rounds),
+            "tol": 0.0,
+            "callback": on_round,
+            "random_state": random_state,
+        },
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -92,7 +92,7 @@ def _kept_block(context: Context) -> np.ndarray:
 
 def _estimator(meta: dict):
     """The estimator the server configured, validated by its own rules."""
-    from fedep.params import make_estimator
+    from fedep.detectors import make_estimator
 
     return make_estimator(meta["method"], meta["params"])
 

@@ -452,7 +452,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _iterative_methods() -> dict[str, type]:
     """Methods with rounds to federate, and their estimator classes."""
-    from fedep.params import METHODS, make_estimator
+    from fedep.detectors import METHODS, make_estimator
 
     out = {}
     for m in METHODS:
@@ -576,7 +576,8 @@ def parse(argv=None):
     if not {"-h", "--help"} & set(argv):
         # The checks that need no estimator first: answered before scikit-learn loads.
         _check_run_args(_base_parser(None).parse_known_args(argv)[0])
-    from fedep.params import make_estimator, make_pipeline, params_from_args, pipeline_table
+    from fedep.detectors import make_estimator
+    from fedep.params import make_pipeline, params_from_args, pipeline_table
 
     ap, table = build_parser()
     a = ap.parse_args(argv)

@@ -31,16 +31,17 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedep._atomic import atomic_write
+from fedep.detectors import detector_param_table, make_estimator
 from fedep.detectors.driver import fit_gateways
 from fedep.federation.rounds import FederationResult
 from fedep.flower.gateways import FlowerGateways
 from fedep.flower.transport import SigningGrid, wait_for_nodes
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
-    make_estimator,
     make_pipeline,
     params_from_run_config,
     pipeline_params_from_run_config,
+    pipeline_table,
     run_config_defaults,
 )
 
@@ -63,7 +64,10 @@ RUN_KEYS: dict[str, Any] = {
 #: Run configuration of the ServerApp (``[tool.flwr.app.config]``, ``--run-config``):
 #: the run's own keys and one key per estimator parameter (:mod:`fedep.params`; left
 #: at ``""`` a parameter takes the chosen method's default).
-DEFAULT_RUN_CONFIG: dict[str, Any] = {**RUN_KEYS, **run_config_defaults()}
+DEFAULT_RUN_CONFIG: dict[str, Any] = {
+    **RUN_KEYS,
+    **run_config_defaults(detector_param_table(), pipeline_table()),
+}
 
 
 def pipeline_params(run_config: dict, est) -> dict:
@@ -101,7 +105,7 @@ def run_federation(
     if key is not None:
         grid = SigningGrid(grid, key)
     method = str(cfg["method"])
-    est = make_estimator(method, params_from_run_config(cfg, method))
+    est = make_estimator(method, params_from_run_config(cfg, detector_param_table()))
     pipe_params = pipeline_params(cfg, est)
     if not est.runs_rounds:
         raise ValueError(

@@ -103,7 +103,7 @@ Metrics are fractions (acc, pre, rec, fnr, fpr, f1 in [0, 1]); the report prints
 in percent like the paper, AUCs as fractions.
 
 Modules: :mod:`.config` (modes, the paper's numbers, schema version), :mod:`.cells`
-(the cell cache, progress), :mod:`.data` (datasets, splits, synthetic fallback),
+(a cell, the cell cache, progress), :mod:`.data` (datasets, splits, synthetic fallback),
 :mod:`.contaminated` (the contaminated-training cells, collection and section),
 :mod:`.plan` (every cell of a run, named up front), :mod:`.collect` (cells ->
 ``results.json``), :mod:`.figures`, :mod:`.report`, :mod:`.run` (``run_reproduce``).
@@ -115,6 +115,7 @@ from fedep.evaluation.reproduce.config import (
     METHOD_ORDER,
     MODES,
     PAPER_NUMBERS,
+    ROUND_METHODS,
     SCHEMA_VERSION,
     best_base_params,
     best_grid,
@@ -133,6 +134,7 @@ __all__ = [
     "DATASETS",
     "METHOD_ORDER",
     "BEST_METHODS",
+    "ROUND_METHODS",
     "SCHEMA_VERSION",
     "select_best_config",
     "best_base_params",

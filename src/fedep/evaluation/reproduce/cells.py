@@ -1,9 +1,10 @@
-"""The on-disk cell cache of a reproduction, with progress and time-left estimate.
+"""The cells of a reproduction and their on-disk cache, with progress and time left.
 
-A *cell* is one experiment result (a fit and its metrics, a selection, a split's
-sizes) stored as ``cells/<mode>-<hash>__<key>.json``; the hash covers the mode's
-settings except the seeds (which are part of each key). A run with the same settings
-and output directory reuses every stored cell, so an interrupted run resumes.
+A *cell* (:class:`Cell`) is one experiment result (a fit and its metrics, a
+selection, a split's sizes), named up front by the plan and stored by :class:`Cells`
+as ``cells/<mode>-<hash>__<key>.json``; the hash covers the mode's settings except
+the seeds (which are part of each key). A run with the same settings and output
+directory reuses every stored cell, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -12,13 +13,26 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedep._atomic import atomic_write
 from fedep._json import jsonable
 
-__all__ = ["Cells", "kernels_compiled", "format_duration"]
+__all__ = ["Cell", "Values", "Cells", "kernels_compiled", "format_duration"]
+
+#: The values of the cells computed so far, by key (what a cell's ``compute`` reads).
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cached experiment result: ``compute(values)`` runs when it is not stored."""
+
+    key: str
+    section: str
+    compute: Callable[[Values], Any]
 
 
 def kernels_compiled() -> bool:

@@ -9,14 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from fedep import ABLATION_CASES
+from fedep.detectors import ABLATION_CASES
+from fedep.evaluation.reproduce.cells import Values
 from fedep.evaluation.reproduce.config import (
     BEST_METHODS,
     METHOD_ORDER,
     PAPER_NUMBERS,
+    ROUND_METHODS,
     SUMMARY_KEYS,
 )
-from fedep.evaluation.reproduce.plan import ROUND_METHODS
 
 __all__ = [
     "num",
@@ -31,7 +32,6 @@ __all__ = [
     "collect_scalability",
 ]
 
-Values = dict[str, Any]
 _THRESHOLD_NAMES = {
     "honest": "honest",
     "personalised": "honest-personalised",

@@ -172,6 +172,9 @@ MODES: dict[str, dict[str, Any]] = {
 #: Methods of the headline table, each with its own validation-only selection.
 BEST_METHODS = ("FedEP", "FedPG", "PooledPCA")
 
+#: Methods with per-round curves, ablation, rank and scalability cells.
+ROUND_METHODS = ("FedEP", "FedPG")
+
 RATE_KEYS = ("acc", "pre", "rec", "fnr", "f1", "fpr")
 SUMMARY_KEYS = (*RATE_KEYS, "roc_auc", "pr_auc")
 

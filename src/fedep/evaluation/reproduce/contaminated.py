@@ -9,7 +9,7 @@ the test split (at most ``max_test_rows``). Per cell: ROC AUC, FPR and F1 at the
 detector's own threshold, the estimated contamination against the injected share,
 and the fit time.
 
-Methods (:data:`METHODS`):
+Methods (:data:`CONTAMINATED_METHODS`, the rows of the table):
 
 ``FedEP (trimmed)``
     FedEP with record trimming from the robust start (``trim_steps``, ``trim_share``,
@@ -43,10 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from fedep.detectors import make_estimator
 from fedep.evaluation.metrics import format_metrics_table
+from fedep.evaluation.reproduce.cells import Cell
 
 __all__ = [
-    "METHODS",
+    "CONTAMINATED_METHODS",
     "MCDReference",
     "training_set",
     "contaminated_cells",
@@ -54,7 +56,15 @@ __all__ = [
     "contaminated_section",
 ]
 
-METHODS = ("FedEP (trimmed)", "FedEP (paper S)", "FedPG", "PooledPCA", "MCD (centralised)")
+#: The table's methods (row labels and cache-key parts): detectors with this table's
+#: settings, and a centralised robust reference.
+CONTAMINATED_METHODS = (
+    "FedEP (trimmed)",
+    "FedEP (paper S)",
+    "FedPG",
+    "PooledPCA",
+    "MCD (centralised)",
+)
 
 
 def training_set(X, y, share: float, n_normal: int, rng):
@@ -109,21 +119,22 @@ class MCDReference:
 
 
 def _make(method: str, c: dict, seed: int):
-    from fedep import FedEP, FedPG, PooledPCA
-
+    """The estimator of a row of the table with the settings ``c`` of the mode: the
+    detectors by :func:`fedep.detectors.make_estimator`, all with
+    ``contamination="auto"``."""
+    if method == "MCD (centralised)":
+        return MCDReference(int(c["mcd_rows"]), seed)
     common = {"n_components": int(c["rank"]), "contamination": "auto"}
     rounds = {"n_rounds": int(c["n_rounds"]), "random_state": seed}
     if method == "FedEP (trimmed)":
         trim = {k: c[k] for k in ("trim_steps", "trim_share")}
-        return FedEP(**common, **rounds, trim_start="median", **trim)
+        return make_estimator("FedEP", {**common, **rounds, "trim_start": "median", **trim})
     if method == "FedEP (paper S)":
-        return FedEP(**common, **rounds)
+        return make_estimator("FedEP", {**common, **rounds})
     if method == "FedPG":
-        return FedPG(**common, **rounds)
+        return make_estimator("FedPG", {**common, **rounds})
     if method == "PooledPCA":
-        return PooledPCA(**common)
-    if method == "MCD (centralised)":
-        return MCDReference(int(c["mcd_rows"]), seed)
+        return make_estimator("PooledPCA", common)
     raise ValueError(f"unknown method {method!r}")  # pragma: no cover - a plan bug
 
 
@@ -167,10 +178,8 @@ def _key(name: str, share, method: str, seed: int) -> str:
     return f"contam-{name}-{float(share):g}-{method}-s{seed}"
 
 
-def contaminated_cells(ctx, name: str) -> list:
+def contaminated_cells(ctx, name: str) -> list[Cell]:
     """One cell per share, method and seed; none for the synthetic fallback."""
-    from fedep.evaluation.reproduce.plan import Cell
-
     c = ctx.cfg["contaminated"]
     if ctx.best_data.dataset(name) is None:
         return []
@@ -183,7 +192,7 @@ def contaminated_cells(ctx, name: str) -> list:
         )
         for seed in ctx.cfg["seeds"]
         for share in c["shares"]
-        for method in METHODS
+        for method in CONTAMINATED_METHODS
     ]
 
 
@@ -193,7 +202,7 @@ def collect_contaminated(values: dict[str, Any], cfg: dict, names: list[str]) ->
     rows = []
     for name in names:
         for share in c["shares"]:
-            for method in METHODS:
+            for method in CONTAMINATED_METHODS:
                 for seed in cfg["seeds"]:
                     key = _key(name, share, method, seed)
                     if key in values:

@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from fedep import ABLATION_CASES
-from fedep.evaluation.experiment import evaluate_detector, make_detector, per_round_curve
+from fedep.detectors import ABLATION_CASES, make_estimator
+from fedep.evaluation.experiment import evaluate_detector, per_round_curve
 from fedep.evaluation.metrics import trivial_detector_metrics
+from fedep.evaluation.reproduce.cells import Cell, Values
 from fedep.evaluation.reproduce.config import (
     BEST_METHODS,
     METHOD_ORDER,
+    ROUND_METHODS,
     best_base_params,
     best_grid,
     method_params,
@@ -33,13 +35,12 @@ from fedep.evaluation.selection import grid_search
 from fedep.features import FeaturePipeline
 
 __all__ = [
-    "Cell",
     "Context",
     "build_plan",
     "best_cells",
     "feature_set_cells",
     "FeatureSetCells",
-    "make_set_detector",
+    "make_cell_detector",
     "n_model_features",
     "select_scaling",
     "selection_cells",
@@ -50,22 +51,7 @@ __all__ = [
     "scalability_cells",
     "selected_params",
     "select_best_config",
-    "ROUND_METHODS",
 ]
-
-Values = dict[str, Any]
-
-#: Methods with per-round curves, ablation, rank and scalability cells.
-ROUND_METHODS = ("FedEP", "FedPG")
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One cached experiment result: ``compute(values)`` runs when it is not stored."""
-
-    key: str
-    section: str
-    compute: Callable[[Values], Any]
 
 
 @dataclass
@@ -93,10 +79,12 @@ class Context:
 
 
 # --------------------------------------------------------------------------- headline
-def make_set_detector(method: str, params: dict, seed: int = 0):
-    """:func:`make_detector`, where a ``"scaling"`` entry (``"[transform/]rule[:parameter]"``,
-    e.g. ``"floor:0.1"`` or ``"quantile/shrink:0.3"``) becomes the feature pipeline of the
-    generic path (``features=FeaturePipeline(numeric_transform=..., scale_rule=...,
+def make_cell_detector(method: str, params: dict, seed: int = 0):
+    """The detector of a reproduction cell: :func:`fedep.detectors.make_estimator` of a
+    detector class name (``"FedEP"``, ...) seeded with ``seed``, where a ``"scaling"``
+    entry (``"[transform/]rule[:parameter]"``, e.g. ``"floor:0.1"`` or
+    ``"quantile/shrink:0.3"``) becomes the feature pipeline of the generic path
+    (``features=FeaturePipeline(numeric_transform=..., scale_rule=...,
     scale_floor=...)``; the transform is ``"log"`` when omitted)."""
     p = dict(params)
     scaling = p.pop("scaling", None)
@@ -106,7 +94,7 @@ def make_set_detector(method: str, params: dict, seed: int = 0):
         p["features"] = FeaturePipeline(
             numeric_transform=transform or "log", scale_rule=rule, scale_floor=float(value or 0.0)
         )
-    return make_detector(method, p, seed)
+    return make_estimator(method, {**p, "random_state": seed})
 
 
 def n_model_features(sp) -> int:
@@ -135,7 +123,7 @@ def select_best_config(
     """
     grid = best_grid(method, best, n_model_features(sp))
     sel = grid_search(
-        lambda p: make_set_detector(method, p, seed),
+        lambda p: make_cell_detector(method, p, seed),
         grid,
         sp.X_train,
         sp.groups_train,
@@ -163,13 +151,13 @@ def select_scaling(sp, best: dict, seed: int = 0) -> dict:
     ranks = best_grid("PooledPCA", best, n_model_features(sp))["n_components"]
     results = []
     for sc in best["scalings"]:
-        pipe = make_set_detector("PooledPCA", {"n_components": 1, "scaling": sc}).features
+        pipe = make_cell_detector("PooledPCA", {"n_components": 1, "scaling": sc}).features
         t0 = time.perf_counter()
         pipe.fit(sp.X_train, groups=sp.groups_train)
         Z, Zv = pipe.transform(sp.X_train), pipe.transform(sp.X_val)
         share = (time.perf_counter() - t0) / len(ranks)
         sel = grid_search(
-            lambda p: make_detector("PooledPCA", {**p, "standardize": False}, seed),
+            lambda p: make_cell_detector("PooledPCA", {**p, "standardize": False}, seed),
             {"n_components": ranks},
             Z,
             sp.groups_train,
@@ -233,7 +221,7 @@ def _set_select(ctx: Context, fs: FeatureSetCells, name: str, method: str):
 def _set_fit(ctx: Context, fs: FeatureSetCells, name: str, method: str, seed: int):
     def compute(values: Values) -> dict:
         params = dict(values[f"{fs.prefix(name)}-select-{method}"]["best_params"])
-        det = make_set_detector(method, params, seed)
+        det = make_cell_detector(method, params, seed)
         sp = _set_split(ctx, fs, name, seed, refit=True)
         r = evaluate_detector(det, sp, with_roc=fs.headline and seed == ctx.seed0)
         r.pop("per_class", None)
@@ -311,7 +299,7 @@ def selection_cells(ctx: Context, name: str) -> list[Cell]:
         def compute(values: Values) -> dict:
             sp = ctx.data.split(name, "clean", ctx.seed0)
             return grid_search(
-                lambda p: make_detector(method, p, ctx.seed0),
+                lambda p: make_cell_detector(method, p, ctx.seed0),
                 grid,
                 sp.X_train,
                 sp.groups_train,
@@ -331,7 +319,7 @@ def _main_fit(ctx: Context, name: str, protocol: str, method: str, seed: int):
     def compute(values: Values) -> dict:
         params = method_params(method, ctx.cfg, selected_params(values, name, ctx.cfg))
         sp = ctx.data.split(name, protocol, seed)
-        det = make_detector(method, params, seed)
+        det = make_cell_detector(method, params, seed)
         r = evaluate_detector(det, sp, with_roc=first, with_contributions=first)
         r["params"] = params
         return r
@@ -406,7 +394,7 @@ def ablation_cells(ctx: Context, name: str) -> list[Cell]:
             sel = selected_params(values, name, ctx.cfg)
             params = {**method_params("FedEP", ctx.cfg, sel), **extra}
             sp = ctx.data.split(name, "clean", ctx.seed0)
-            return evaluate_detector(make_detector("FedEP", params, ctx.seed0), sp)
+            return evaluate_detector(make_cell_detector("FedEP", params, ctx.seed0), sp)
 
         return compute
 
@@ -429,7 +417,7 @@ def rank_cells(ctx: Context, name: str) -> list[Cell]:
             sp = ctx.data.split(name, "clean", ctx.seed0)
             if rank >= sp.X_train.shape[1]:
                 return {"note": f"rank {rank} >= {sp.X_train.shape[1]} features"}
-            return evaluate_detector(make_detector(method, params, ctx.seed0), sp)
+            return evaluate_detector(make_cell_detector(method, params, ctx.seed0), sp)
 
         return compute
 
@@ -451,7 +439,7 @@ def scalability_cells(ctx: Context) -> list[Cell]:
             sp = ctx.data.split(
                 name, "clean", ctx.seed0, n_clients=n_clients, max_train_rows=cfg["scal_rows"]
             )
-            det = make_detector(method, params, ctx.seed0)
+            det = make_cell_detector(method, params, ctx.seed0)
             det.fit(sp.X_train, groups=sp.groups_train)
             ts = [h["time_s"] for h in det.history_]
             return {
