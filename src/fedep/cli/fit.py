@@ -238,7 +238,7 @@ def _how(det) -> str:
         return text
     text += " (round cap reached before --tol)" if stop == "max_rounds" else ""
     last = (getattr(det, "history_", None) or [{}])[-1]
-    measures = STOP_MEASURES.get(getattr(det, "_method", ""), ())
+    measures = STOP_MEASURES.get(getattr(det, "server_step", ""), ())
     shown = [k for k in measures if isinstance(last.get(k), (int, float))]
     if shown:
         res = ", ".join(f"{k}={last[k]:.3g}" for k in shown)
