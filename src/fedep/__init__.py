@@ -20,6 +20,8 @@ __all__ = [*_DETECTORS, "load", "save", "__version__"]
 
 def __getattr__(name):
     if name in _DETECTORS:
+        # start-up time: `fedep --version` and every Flower ClientApp process import
+        # this package; the estimators (scikit-learn, numba) load on first use
         from fedep import detectors
 
         return getattr(detectors, name)
@@ -31,7 +33,7 @@ def save(det, path, *, sign_key=None) -> None:
 
     See :func:`fedep.modelfile.estimator.save_model`.
     """
-    from fedep.modelfile.estimator import save_model
+    from fedep.modelfile.estimator import save_model  # start-up time (see __getattr__)
 
     save_model(det, path, sign_key=sign_key)
 
@@ -41,6 +43,6 @@ def load(path, *, verify_key=None, require_signature=False):
 
     See :func:`fedep.modelfile.estimator.load_model`.
     """
-    from fedep.modelfile.estimator import load_model
+    from fedep.modelfile.estimator import load_model  # start-up time (see __getattr__)
 
     return load_model(path, verify_key=verify_key, require_signature=require_signature)

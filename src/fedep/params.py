@@ -45,6 +45,8 @@ from sklearn.utils._param_validation import (
     validate_parameter_constraints,
 )
 
+from fedep.features import FeaturePipeline
+
 __all__ = [
     "ParamSpec",
     "InvalidParameterError",
@@ -311,8 +313,6 @@ UNSET = ""
 def pipeline_table() -> dict[str, ParamSpec]:
     """The parameters of the feature pipeline (:class:`fedep.features.FeaturePipeline`),
     the estimators' ``features="auto"``: ``--include``, ``--scale-rule``, ..."""
-    from fedep.features import FeaturePipeline
-
     return param_table([FeaturePipeline])
 
 
@@ -336,8 +336,6 @@ def make_pipeline(
         The pipeline's own message for a bad value, or options given without
         ``features="auto"``.
     """
-    from fedep.features import FeaturePipeline
-
     if params and features != "auto":
         opts = " / ".join(spell(k) for k in params)
         raise ValueError(f"{opts} configure the feature pipeline: they need {needs}")

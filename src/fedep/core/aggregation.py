@@ -72,6 +72,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedep.core.fedep import aggregate_consensus
+from fedep.core.fedpg import aggregate_mean
 from fedep.core.stiefel import polar
 
 __all__ = [
@@ -362,9 +364,6 @@ def robust_step(
     -------
     RobustStep
     """
-    from fedep.core.fedep import aggregate_consensus
-    from fedep.core.fedpg import aggregate_mean
-
     k = W.shape[0]
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}; got {aggregation!r}")

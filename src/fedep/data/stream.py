@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.data.errors import DataError
+from fedep.data.readers.source import _COMPRESSION_MAGIC, _open_source
 from fedep.data.tabular import parse_header_line, strip_csv_text
 
 __all__ = [
@@ -80,8 +81,6 @@ def _open_decompressed(path: Path) -> Iterator[IO[bytes]]:
     """The file as a binary stream, decompressed when its magic bytes say gzip, bzip2, xz
     or zstd (:mod:`fedep.data.readers.source`); decompression and I/O failures become
     one-line errors naming the file."""
-    from fedep.data.readers.source import _COMPRESSION_MAGIC, _open_source
-
     with open(path, "rb") as fh:
         magic = fh.read(8)
         if not any(magic.startswith(m) for m, _ in _COMPRESSION_MAGIC):
@@ -471,7 +470,7 @@ def _check_field_counts(buf: bytes, starts, ends, expected: int, src: Path, firs
     """Every line must have as many fields as the header (pandas' C parser does not
     check rows with extra fields when ``usecols`` is given). Lines without quotes are
     checked by counting commas (vectorised); lines with quotes by the csv module."""
-    from fedep.data._lines import count_per_line
+    from fedep.data._lines import count_per_line  # start-up time: loads numba
 
     arr = np.frombuffer(buf, np.uint8)
     check = count_per_line(arr, starts, ends, 44) != expected - 1
@@ -561,7 +560,7 @@ class ScoreTailFormatter:
         """``block.with_tails(self(scores, flags, probs, idx, vals))``, written by compiled code
         (:mod:`fedep.data._tails`: the same bytes, several times faster); the per-row
         formatting remains for non-finite values or without numba."""
-        from fedep.data._tails import HAVE_KERNEL, write_lines
+        from fedep.data._tails import HAVE_KERNEL, write_lines  # start-up time: loads numba
 
         out = None
         if HAVE_KERNEL:

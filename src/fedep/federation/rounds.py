@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from fedep._json import jsonable
 from fedep.core.baselines import oneshot_merge
 from fedep.core.fedep import RoundReport
 from fedep.core.stiefel import polar, projector_distance
@@ -149,8 +150,6 @@ class FederationResult:
 
     def to_json(self) -> dict:
         """A JSON-able dict (arrays as nested lists)."""
-        from fedep._json import jsonable
-
         out = {}
         for k in self.__dataclass_fields__:
             v = getattr(self, k)

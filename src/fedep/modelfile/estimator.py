@@ -26,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from fedep import detectors
 from fedep._json import jsonable
 from fedep.features import FeaturePipeline
+from fedep.federation.rounds import stop_reason_of
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
 from fedep.modelfile.content import (
     _META,
@@ -168,7 +169,6 @@ def _detector_from(meta: dict, files: dict):
     if isinstance(getattr(det, "stop_reason_", None), str):
         # Files written before the stop reasons named what stopped the fit say
         # "converged" for a fit that met tol.
-        from fedep.federation.rounds import stop_reason_of
 
         det.stop_reason_ = stop_reason_of(det.stop_reason_, getattr(cls, "server_step", ""))
     if meta.get("history") is not None:

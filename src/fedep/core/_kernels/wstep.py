@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from fedep.core._kernels._jit import jit as _jit
-from fedep.core.ssn import CG_MAX_ITER, CG_MIN_UNKNOWNS, CG_RTOL
+from fedep.core.ssn import CG_MAX_ITER, CG_MIN_UNKNOWNS, CG_RTOL, _vech_index
 
 # ----------------------------------------------------------------------------------
 # ManPG W-step, one client at a time (mirrors fedep.core.manpg / fedep.core.ssn).
@@ -37,8 +37,6 @@ def vech_maps(r: int) -> tuple[np.ndarray, ...]:
     ``CG_MIN_UNKNOWNS`` unknowns the Newton system is solved matrix-free and ``T1`` is
     empty.
     """
-    from fedep.core.ssn import _vech_index
-
     ia, ib, wgt = _vech_index(r)
     m = ia.size
     sc = np.where(ia == ib, 0.5, 1.0)

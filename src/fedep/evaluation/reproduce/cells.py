@@ -40,6 +40,8 @@ def kernels_compiled() -> bool:
     FedEP/FedPG fit of a process loads them, and compiles them on the very first run
     of an installation: tens of seconds)."""
     try:
+        # a probe, not a dependency: importing the kernels at module level would load
+        # numba in every process that reads the reproduction's cache
         from fedep.core import _kernels
     except ImportError:  # pragma: no cover
         return True
