@@ -26,7 +26,7 @@ import numpy as np
 from fedep.evaluation.reproduce.cells import Cells
 from fedep.evaluation.reproduce.config import BEST_METHODS, DATASETS, MODES
 from fedep.evaluation.reproduce.plan import Context, FeatureSetCells, feature_set_cells
-from fedep.evaluation.reproduce.run import _best_data, run_plan
+from fedep.evaluation.reproduce.run import best_data, run_plan
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     cfg = json.loads(json.dumps(MODES["full"]))
     if a.seeds is not None:
         cfg["seeds"] = a.seeds
-    data = _best_data(a.data_dir, a.datasets, cfg, "generic")
+    data = best_data(a.data_dir, a.datasets, cfg, "generic")
     ctx = Context(cfg=cfg, data=data, best_data=data)
     fs = FeatureSetCells("generic", data, headline=False)
     skip = [f"-{m}" for m in BEST_METHODS if m not in a.methods]

@@ -29,7 +29,7 @@ from sklearn.metrics import roc_auc_score
 
 from fedep.core.rank import choose_rank
 from fedep.evaluation.reproduce.config import MODES
-from fedep.evaluation.reproduce.run import _best_data
+from fedep.evaluation.reproduce.run import best_data
 from fedep.features import FeaturePipeline
 
 RULES = [("sd", 0.0), ("floor", 0.01), ("floor", 0.1), ("floor", 0.3), ("shrink", 0.3)]
@@ -51,7 +51,7 @@ def _aucs(Z, Zv, yv, Zt, yt, ranks):
 
 def run(name: str, data_dir: str, ranks: list[int]) -> dict:
     cfg = json.loads(json.dumps(MODES["full"]))
-    sp = _best_data(data_dir, [name], cfg, "generic").split(name, "clean", 0, max_train_rows=None)
+    sp = best_data(data_dir, [name], cfg, "generic").split(name, "clean", 0, max_train_rows=None)
     g = np.asarray(sp.groups_train)
     counts = [int((g == k).sum()) for k in np.unique(g)]
     out: dict = {"n_train": len(sp.X_train), "n_val": len(sp.X_val), "n_test": len(sp.y_test)}

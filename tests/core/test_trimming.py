@@ -13,7 +13,7 @@ from fedep.core.trimming import (
     coordinate_median,
     describe_trimming,
     estimate_contamination,
-    keep_at_or_below,
+    keep_mask,
     kept_count,
     log_scores,
     median_distance,
@@ -168,6 +168,14 @@ def test_coordinate_median_from_counts_is_the_pooled_median(seed):
         assert np.count_nonzero(X[:, f] <= med[f]) == np.count_nonzero(X[:, f] <= s[k - 1, f])
         if X.shape[0] % 2:
             assert np.median(X[:, f]) == s[k - 1, f]
+
+
+def keep_at_or_below(values, h, min_rows):
+    """The federated cut, composed: the global h-th smallest value from counts only
+    (order_statistic over ScoreCounts), applied by each gateway (keep_mask)."""
+    counts = ScoreCounts(values)
+    cut = order_statistic(counts.le, h, counts.lo, counts.hi)
+    return [keep_mask(v, cut, min_rows) for v in values]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -9,7 +9,6 @@ from fedep.data import DataError
 from fedep.data.stream import (
     CsvBlockReader,
     ScoreTailFormatter,
-    iter_csv_blocks,
     read_csv_header,
 )
 
@@ -34,7 +33,7 @@ def _write(tmp_path, lines, *, header=HEADER, nl="\n", bom=False, name="t.csv"):
 
 
 def _read_all(path, names=("a", "b"), chunk=100_000, client=None):
-    blocks = list(iter_csv_blocks(path, list(names), chunk, client))
+    blocks = list(CsvBlockReader(path, list(names), chunk, client))
     X = np.vstack([b.X for b in blocks])
     ids = None if client is None else np.concatenate([b.ids for b in blocks])
     lines = [ln for b in blocks for ln in b.lines]
@@ -152,7 +151,7 @@ def test_header_raw_and_row_count(tmp_path):
 def test_with_tails_and_formatter(tmp_path):
     _, lines = _rows(3)
     p = _write(tmp_path, lines)
-    (block,) = list(iter_csv_blocks(p, ["a", "b"]))
+    (block,) = list(CsvBlockReader(p, ["a", "b"]))
     fmt = ScoreTailFormatter(["a", "b"], 1)
     tails = fmt(np.array([1.5, 0.25, 2.0]), np.array([1, 0, 1]), np.array([0.9, 0.0, 0.12345]),
                 np.array([[1], [0], [1]]), np.array([[1.0], [0.2], [1.5]]))  # fmt: skip

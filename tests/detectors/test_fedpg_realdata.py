@@ -12,7 +12,7 @@ from fedep import FedPG, PooledPCA
 from fedep.core.stiefel import projector_distance
 from fedep.evaluation.reproduce.config import MODES, PAPER_FEDPG
 from fedep.evaluation.reproduce.plan import make_cell_detector
-from fedep.evaluation.reproduce.run import _best_data
+from fedep.evaluation.reproduce.run import best_data
 
 pytestmark = pytest.mark.realdata
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.realdata
 def test_fedpg_matches_pooled_pca_on_unsw_generic_split(real_data_dir):
     cfg = json.loads(json.dumps(MODES["full"]))
     cfg["seeds"] = [0]
-    sp = _best_data(real_data_dir, ["unsw-nb15"], cfg, "generic").split("unsw-nb15", "clean", 0)
+    sp = best_data(real_data_dir, ["unsw-nb15"], cfg, "generic").split("unsw-nb15", "clean", 0)
     # The generic path's encoding (the scaling validation chose for UNSW-NB15), once.
     pipe = make_cell_detector("PooledPCA", {"n_components": 1, "scaling": "quantile/floor:0.1"})
     pipe = pipe.features.fit(sp.X_train, groups=sp.groups_train)

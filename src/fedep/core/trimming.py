@@ -54,7 +54,6 @@ __all__ = [
     "MAD_K",
     "coordinate_median",
     "median_distance",
-    "keep_at_or_below",
     "keep_mask",
     "order_statistics",
     "RECORD_VALUES",
@@ -416,28 +415,6 @@ def keep_mask(values: np.ndarray, cut: float, min_rows: int) -> np.ndarray:
         k = np.zeros_like(k)
         k[np.argsort(values, kind="stable")[:min_rows]] = True
     return k
-
-
-def keep_at_or_below(values: list[np.ndarray], h: int, min_rows: int) -> list[np.ndarray]:
-    """Each gateway's rows whose value is at or below the global ``h``-th smallest.
-
-    The cut comes from counts only (:func:`order_statistic`); each gateway applies it
-    (:func:`keep_mask`).
-
-    Parameters
-    ----------
-    values : list of ndarray of shape (N_i,)
-    h : int
-        Records kept over all gateways (up to ties and the per-gateway minimum).
-    min_rows : int
-
-    Returns
-    -------
-    list of ndarray of bool, shape (N_i,)
-    """
-    counts = ScoreCounts(values)
-    cut = order_statistic(counts.le, h, counts.lo, counts.hi)
-    return [keep_mask(v, cut, min_rows) for v in values]
 
 
 # ---------------------------------------------------------------- the federated loop

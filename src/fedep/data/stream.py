@@ -55,7 +55,6 @@ __all__ = [
     "CsvBlockReader",
     "NotStreamable",
     "ScoreTailFormatter",
-    "iter_csv_blocks",
     "read_csv_header",
 ]
 
@@ -359,13 +358,6 @@ def _stripped_text(s: pd.Series) -> np.ndarray:
     codes, uniques = pd.factorize(s, use_na_sentinel=True)
     text = [str(u).strip() for u in uniques.tolist()] + [""]  # code -1 (missing) -> ""
     return np.asarray(text, dtype=str)[codes]
-
-
-def iter_csv_blocks(
-    path, names: Sequence[str], chunk_rows: int = 100_000, client_column=None
-) -> Iterator[CsvBlock]:
-    """The blocks of :class:`CsvBlockReader` (header checked on the first ``next``)."""
-    yield from CsvBlockReader(path, names, chunk_rows, client_column)
 
 
 def _locate_bad_value(block: bytes, header, names, src, first_line) -> None:

@@ -53,7 +53,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _best_data(data_dir, names, cfg: dict, feature_set: str | None = None) -> Data:
+def best_data(data_dir, names, cfg: dict, feature_set: str | None = None) -> Data:
     best = cfg["best"]
     sub = {
         "n_clients": cfg["n_clients"],
@@ -137,11 +137,11 @@ def run_reproduce(
     compare = {}
     if data.source == "real":
         compare = {
-            fs: _best_data(data_dir, names, cfg, fs)
+            fs: best_data(data_dir, names, cfg, fs)
             for fs in cfg["best"].get("compare_feature_sets", [])
         }
     ctx = Context(
-        cfg=cfg, data=data, best_data=_best_data(data_dir, names, cfg), compare_data=compare
+        cfg=cfg, data=data, best_data=best_data(data_dir, names, cfg), compare_data=compare
     )
     values = run_plan(build_plan(ctx), cells, log)
 
