@@ -12,7 +12,7 @@ from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP, FedPG  # noqa: E402
 from fedep.flower import FaultPlan, run_local  # noqa: E402
-from fedep.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
+from fedep.flower.gateway_data import load_gateway_data, load_gateway_table  # noqa: E402
 from fedep.params import InvalidParameterError  # noqa: E402
 
 R = 3
@@ -205,7 +205,7 @@ def _counting_records(values: dict, lie: dict | None = None):
     (label -> 1-D array); ``lie[label](counts) -> counts`` falsifies a gateway's counts."""
     from flwr.app import ConfigRecord, RecordDict
 
-    from fedep.flower.protocol import to_array_record
+    from fedep.flower.messages import to_array_record
     from fedep.flower.server_app import Gateways, RemoteRecords
 
     lie = lie or {}
@@ -265,7 +265,7 @@ def test_a_gateway_lying_in_a_count_search_ends_the_run_naming_it(lie, says):
 def test_a_cut_reply_whose_moments_disagree_with_its_kept_count_ends_the_run():
     from flwr.app import ConfigRecord, RecordDict
 
-    from fedep.flower.protocol import to_array_record
+    from fedep.flower.messages import to_array_record
     from fedep.flower.server_app import Gateways, RemoteRecords
 
     def reply(n_kept, n_moments):

@@ -24,13 +24,13 @@ import pytest
 pytest.importorskip("flwr")
 
 from fedep.flower import launch  # noqa: E402
-from fedep.flower.launch import UsageError, log_error  # noqa: E402
-from fedep.flower.protocol import (  # noqa: E402
+from fedep.flower.gateway_data import (  # noqa: E402
     GatewayDataError,
     holds_table,
     load_gateway_data,
     load_gateway_table,
 )
+from fedep.flower.launch import UsageError, log_error  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "fedep.flower.launch"

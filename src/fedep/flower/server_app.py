@@ -57,13 +57,8 @@ from fedep.core.stiefel import polar, random_stiefel
 from fedep.core.trimming import add_ppca_sums
 from fedep.federation.rounds import FederationResult, TooFewClients
 from fedep.federation.server import merge_reports, validate_report
-from fedep.flower.protocol import (
-    arrays_of,
-    message_nbytes,
-    sign_message,
-    sort_labels,
-    to_array_record,
-)
+from fedep.flower.gateway_data import sort_labels
+from fedep.flower.messages import arrays_of, message_nbytes, sign_message, to_array_record
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
     make_estimator,
