@@ -154,7 +154,7 @@ def _plan(argv):
 def _readme_args() -> list[str]:
     """The arguments of the README's ``fedep federate`` line (after the command)."""
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"fedep federate ([^`\n]+)", text)
+    m = re.search(r"fedep federate (--gateways [^`\n]+)", text)
     assert m, "README.md has no `fedep federate` line"
     return shlex.split(m.group(1))
 
