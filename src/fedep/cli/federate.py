@@ -228,12 +228,12 @@ def _gateway_sources(args) -> dict:
             raise UsageError("--max-rows applies to --dataset, not to --train files")
         if args.normal_label is not None and args.label_column is None:
             raise UsageError("--normal-label needs --label-column")
-        table_options = {
+        table_options = {  # the readers' defaults are left out of the node configs
             "label-column": args.label_column,
             "normal-label": args.normal_label,
             "format": None if args.format == "auto" else args.format,
             "delimiter": args.delimiter,
-            "infinity": args.infinity,
+            "infinity": None if args.infinity == "nan" else args.infinity,
         }
         return {"files": _gateway_files(args), "table_options": table_options}
     from fedep.data.files import resolve_data_dir
