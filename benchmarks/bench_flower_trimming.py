@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
     from fedep import FedEP
     from fedep.core.stiefel import projector_distance
     from fedep.flower import run_local
-    from fedep.flower.protocol import load_gateway_data
+    from fedep.flower.gateway_data import load_gateway_data
 
     cfgs = [
         {

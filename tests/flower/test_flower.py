@@ -12,7 +12,7 @@ from fedep.core.stats import client_moments, combine_moments, standardization_fr
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP, FedPG  # noqa: E402
 from fedep.flower import FaultPlan, run_local  # noqa: E402
-from fedep.flower.protocol import load_gateway_data  # noqa: E402
+from fedep.flower.gateway_data import load_gateway_data  # noqa: E402
 
 R = 3
 KEYS = ("objective", "augmented_lagrangian", "consensus_residual", "data_residual", "v_change")

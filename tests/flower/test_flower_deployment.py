@@ -19,8 +19,8 @@ pytest.importorskip("flwr")
 from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
-from fedep.flower.launch import LocalDeployment  # noqa: E402
-from fedep.flower.protocol import load_gateway_data  # noqa: E402
+from fedep.flower.deployment import LocalDeployment  # noqa: E402
+from fedep.flower.gateway_data import load_gateway_data  # noqa: E402
 
 pytestmark = [pytest.mark.realdata, pytest.mark.slow]
 

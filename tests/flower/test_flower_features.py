@@ -26,7 +26,7 @@ from fedep.detectors import FedEP  # noqa: E402
 from fedep.features import FeaturePipeline  # noqa: E402
 from fedep.federation.rounds import FederationResult  # noqa: E402
 from fedep.flower import run_local  # noqa: E402
-from fedep.flower.protocol import load_gateway_table  # noqa: E402
+from fedep.flower.gateway_data import load_gateway_table  # noqa: E402
 
 RUN = {"n-components": 2, "n-rounds": 4, "tol": 0.0, "random-state": 0}
 LABELS = ["a", "b", "c"]

@@ -16,7 +16,7 @@ from fedep.data import load_dataset  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
 from fedep.features import FeaturePipeline  # noqa: E402
 from fedep.flower import run_local  # noqa: E402
-from fedep.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
+from fedep.flower.gateway_data import load_gateway_data, load_gateway_table  # noqa: E402
 
 pytestmark = pytest.mark.realdata
 

@@ -12,7 +12,7 @@ from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP, FedPG  # noqa: E402
 from fedep.flower import FaultPlan, run_local  # noqa: E402
-from fedep.flower.protocol import load_gateway_data, load_gateway_table  # noqa: E402
+from fedep.flower.gateway_data import load_gateway_data, load_gateway_table  # noqa: E402
 from fedep.params import InvalidParameterError  # noqa: E402
 
 R = 3
@@ -207,7 +207,7 @@ def _counting_records(values: dict, lie: dict | None = None):
     from flwr.app import ConfigRecord, RecordDict
 
     from fedep.flower.gateways import RemoteRecords
-    from fedep.flower.protocol import to_array_record
+    from fedep.flower.messages import to_array_record
     from fedep.flower.transport import Roster
 
     lie = lie or {}
@@ -268,7 +268,7 @@ def test_a_cut_reply_whose_moments_disagree_with_its_kept_count_ends_the_run():
     from flwr.app import ConfigRecord, RecordDict
 
     from fedep.flower.gateways import RemoteRecords
-    from fedep.flower.protocol import to_array_record
+    from fedep.flower.messages import to_array_record
     from fedep.flower.transport import Roster
 
     def reply(n_kept, n_moments):

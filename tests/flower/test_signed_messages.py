@@ -9,7 +9,7 @@ pytest.importorskip("flwr")
 
 import fedep  # noqa: E402
 from fedep.flower import run_local  # noqa: E402
-from fedep.flower.protocol import content_digest  # noqa: E402
+from fedep.flower.messages import content_digest  # noqa: E402
 from fedep.modelfile import generate_signing_key  # noqa: E402
 
 SECRET = "hmac:" + "s" * 32
@@ -73,7 +73,7 @@ def test_unsigned_or_other_key_is_refused(tmp_path):
 def test_digest_covers_every_record_and_the_message_type():
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-    from fedep.flower.protocol import to_array_record
+    from fedep.flower.messages import to_array_record
 
     def content(v):
         return RecordDict({"global": to_array_record(V=v), "round": ConfigRecord({"round": 1})})

@@ -13,14 +13,18 @@ Commands::
     fit, score, evaluate (and data summary) read CSV/TSV, Zeek TSV/JSON logs, Parquet,
     Feather and JSON, optionally compressed (``--format``, ``--delimiter``,
     ``--infinity``; :func:`fedep.data.readers.read_table`).
+    fedep federate  (--dataset NAME --gateways N | --train PATH [PATH ...]) [--max-rows N]
+                    [--method M] [estimator options] [--out DIR] [--overwrite]
+                    [--allow-failures]   (Flower on this machine: 1 SuperLink + N SuperNodes)
     fedep reproduce --out DIR [--quick] [--data-dir DIR] [--datasets ...] [--seeds ...]
     fedep data verify  [--data-dir DIR]
     fedep data summary (--dataset NAME | --train PATH) --clients D --partition P
     fedep --version
 
 One module per command (:mod:`~fedep.cli.fit`, :mod:`~fedep.cli.score`,
-:mod:`~fedep.cli.evaluate`, :mod:`~fedep.cli.reproduce`, :mod:`~fedep.cli.data`); they
-only parse arguments, move data between files and the library and print. The
+:mod:`~fedep.cli.evaluate`, :mod:`~fedep.cli.federate`, :mod:`~fedep.cli.reproduce`,
+:mod:`~fedep.cli.data`); they only parse arguments, move data between files and the
+library and print (``federate``'s processes are run by :mod:`fedep.flower.deployment`). The
 estimator options of ``fit`` are generated from the estimators (:mod:`fedep.params`),
 CSV streaming lives in :mod:`fedep.data.stream`, evaluation in
 :mod:`fedep.evaluation.evaluate`.
@@ -51,7 +55,7 @@ __all__ = ["main", "build_parser", "UsageError"]
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``fedep`` command."""
     from fedep import __version__
-    from fedep.cli import data, evaluate, fit, reproduce, score
+    from fedep.cli import data, evaluate, federate, fit, reproduce, score
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -60,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (fit, score, evaluate, reproduce, data):
+    for module in (fit, score, evaluate, federate, reproduce, data):
         module.register(sub)
     return parser
 

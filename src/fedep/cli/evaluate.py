@@ -90,8 +90,9 @@ def _table_test_data(args, det):
     import pandas as pd
 
     from fedep.cli._common import check_columns, read_kwargs
-    from fedep.cli.training import client_ids_of, labels_of, numeric_matrix
+    from fedep.cli.training import client_ids_of, numeric_matrix
     from fedep.data import DataError
+    from fedep.data.labels import labels_of
     from fedep.data.readers import read_table
 
     path = Path(args.table)

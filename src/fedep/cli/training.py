@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.cli._common import PROG, UsageError, check_dataset
+from fedep.data.labels import column_text, labels_of
 
 
 @dataclass
@@ -48,35 +49,11 @@ class Training:
         return self.files[i], row - int(self.bounds[i])
 
 
-def _text(s: pd.Series) -> np.ndarray:
-    """A column as stripped strings (missing values as "")."""
-    return s.astype(object).where(s.notna(), "").astype(str).str.strip().to_numpy(dtype=str)
-
-
-def labels_of(s: pd.Series, normal_label, path, column: str) -> np.ndarray:
-    """0 (normal) / 1 (attack) labels of a label column.
-
-    Without ``normal_label`` the labels must be 0/1; with it, every other value is an
-    attack. A missing label is an error naming the data row
-    (:func:`fedep.data.tabular.labels_from_column`).
-    """
-    from fedep.data.tabular import labels_from_column
-
-    return labels_from_column(
-        pd.Series(_text(s)),
-        normal_label,
-        path=path,
-        column=column,
-        option="--normal-label",
-        stacklevel=3,
-    )
-
-
 def client_ids_of(s: pd.Series, path, column: str) -> np.ndarray:
     """Client ids of a client column as stripped strings; a missing id is an error."""
     from fedep.data import DataError
 
-    ids = _text(s)
+    ids = column_text(s)
     empty = ids == ""
     if empty.any():
         i = int(np.flatnonzero(empty)[0])
@@ -303,6 +280,6 @@ def _partition(args, partition: str, df: pd.DataFrame, y, seed: int) -> np.ndarr
     if partition == "dirichlet":
         if args.label_column is None:
             raise UsageError("--partition dirichlet needs --label-column")
-        labels = _text(df[args.label_column])
+        labels = column_text(df[args.label_column])
         return partition_dirichlet(labels, args.clients, args.dirichlet_concentration, seed)
     return partition_iid(n, args.clients, seed)

@@ -7,7 +7,14 @@ Three ways to run the same federation:
   :data:`~fedep.flower.server_app.app` and
   :data:`~fedep.flower.client_app.app`, messages through an in-memory grid;
 - a deployment: one SuperLink and N SuperNodes as separate processes
-  (:mod:`fedep.flower.launch`), the run submitted with ``flwr run``.
+  (:mod:`fedep.flower.deployment`, run by the ``fedep federate`` command), the run
+  submitted with ``flwr run``.
+
+The modules: :mod:`~fedep.flower.server_app` and :mod:`~fedep.flower.client_app` (the
+apps), :mod:`~fedep.flower.messages` (what crosses the network: message types, records,
+signatures, sizes), :mod:`~fedep.flower.gateway_data` (a gateway's records from its node
+configuration), :mod:`~fedep.flower.local` (the in-memory grid) and
+:mod:`~fedep.flower.deployment` (the processes of a deployment on this machine).
 
 Every gateway loads its own records from its node configuration, sends only
 model-side quantities (moments, bases, duals, scalar metrics) and writes its
@@ -16,7 +23,9 @@ personalised model file at the end. The server side is
 :class:`fedep.core.fedep.FedEPCohort` / :class:`fedep.core.fedpg.FedPGCohort` holding
 one client: no second copy of the math.
 
-Importing this package needs ``flwr`` (``pip install fedep[flower]``).
+Running the apps needs ``flwr`` (``pip install fedep[flower]``); the package and
+:mod:`~fedep.flower.deployment` import without it (the command line builds its parser
+from them).
 """
 
 from __future__ import annotations

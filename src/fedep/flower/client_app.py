@@ -31,15 +31,13 @@ from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments
-from fedep.flower.protocol import (
+from fedep.flower.gateway_data import (
     GatewayDataError,
-    arrays_of,
     holds_table,
     load_gateway_data,
     load_gateway_table,
-    to_array_record,
-    verify_message,
 )
+from fedep.flower.messages import arrays_of, to_array_record, verify_message
 
 __all__ = ["app", "gateway_model"]
 

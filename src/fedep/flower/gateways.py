@@ -42,7 +42,8 @@ from fedep.features.summaries import align_summaries
 from fedep.federation.gateways import GatewaySetup, Standardization
 from fedep.federation.rounds import TooFewClients
 from fedep.federation.server import merge_reports, validate_report
-from fedep.flower.protocol import arrays_of, sort_labels, to_array_record
+from fedep.flower.gateway_data import sort_labels
+from fedep.flower.messages import arrays_of, to_array_record
 from fedep.flower.transport import Roster, ask, exchange
 
 __all__ = ["FlowerGateways", "RemoteClients", "RemoteCounts", "RemoteRecords"]

@@ -21,6 +21,7 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedep.federation.rounds import FederationResult
+from fedep.flower.messages import arrays_of, to_array_record
 
 __all__ = ["FaultPlan", "LocalGrid", "run_local"]
 
@@ -136,8 +137,6 @@ class LocalGrid(Grid):
 
 
 def _tamper(reply: Message, kind: str) -> None:
-    from fedep.flower.protocol import arrays_of, to_array_record
-
     a = arrays_of(reply.content["local"])
     if kind == "nan":
         a["W"] = np.where(np.arange(a["W"].size).reshape(a["W"].shape) == 0, np.nan, a["W"])

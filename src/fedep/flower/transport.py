@@ -17,7 +17,7 @@ from flwr.app import Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedep.flower.protocol import message_nbytes, sign_message
+from fedep.flower.messages import message_nbytes, sign_message
 
 __all__ = ["Roster", "SigningGrid", "ask", "exchange", "wait_for_nodes"]
 
@@ -85,7 +85,7 @@ class SigningGrid:
     """A grid that signs every message it pushes (gateways with ``verify-key`` check).
 
     Signatures cover the message type, group and every record (see
-    :func:`~fedep.flower.protocol.content_digest`), so a gateway configured with the
+    :func:`~fedep.flower.messages.content_digest`), so a gateway configured with the
     server's key refuses a global model, a setup or a query that is unsigned or
     altered on the way.
     """

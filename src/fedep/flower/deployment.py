@@ -1,32 +1,17 @@
-"""Start a local Flower deployment (1 SuperLink + N SuperNodes) and run FedEP on it.
+"""A Flower deployment on this machine: 1 SuperLink + N SuperNodes, each a process.
 
-One line::
+:class:`LocalDeployment` starts ``flower-superlink`` and one ``flower-supernode`` per
+gateway on 127.0.0.1 (``--insecure``: loopback only), submits the app with ``flwr run``
+(:func:`write_app` writes its project), waits for the ServerApp's ``result.json`` and
+stops every process it started: their process groups, and every process that inherited
+the deployment's environment marker (:data:`MARKER_ENV`), such as the SuperExecs,
+ServerApp and ClientApp processes Flower starts in sessions of their own.
 
-    python -m fedep.flower.launch --gateways 3 --dataset nsl-kdd \\
-        --max-rows 3000 --n-rounds 10 --out runs/flower
-
-starts ``flower-superlink`` and ``flower-supernode`` processes on 127.0.0.1
-(``--insecure``: loopback only), submits the app with ``flwr run``, waits for the
-ServerApp's ``result.json``, and stops every process it started. Gateway ``i`` gets
-``--node-config "partition-id=i num-partitions=N dataset=... data-dir=...
-feature-set=... model-path=..."`` (``--feature-set``, default ``generic``: the raw
-table through the feature pipeline; or ``data-path=...`` with ``--csv``) and writes
-``gateway-<i>.fedep``, a model file ``fedep score`` reads.
-
-Everything is checked before any process starts (an error is one line on stderr and
-exit status 2): ``--gateways``, the dataset name and its files in the data directory
-(``--data-dir``, else ``FEDEP_DATA_DIR``, else :func:`fedep.data.resolve_data_dir`,
-made absolute because the gateways run in the output folder), the ``--csv`` files,
-the estimator parameters (one option per parameter of the estimator, the estimator's
-own validation) and the output folder (refused if it holds an earlier run's
-``result.json`` / ``gateway-*.fedep``, unless ``--overwrite``).
-
-Exit status: 0 when every gateway took part to the end; 1 when the run failed or any
-gateway failed (listed in ``result.json["failed"]``, with the gateway's own error from
-its ``supernode-<i>.log``; ``--allow-failures`` makes that 0); 2 for bad arguments;
-130 / 143 on SIGINT / SIGTERM, after every process it started is stopped (their
-process groups and every process that inherited this run's environment marker) and
-this run's partial results are removed (the logs stay).
+:func:`gateway_node_configs` and :func:`run_config` write what the gateways and the
+ServerApp read; :func:`run_local_federation` runs one federation from start to clean-up,
+with SIGINT / SIGTERM stopping every process and removing the run's partial results
+(:class:`SignalGuard`). The ``fedep federate`` command (:mod:`fedep.cli.federate`)
+checks its arguments and prints; this module starts and stops processes.
 
 Compiled kernels: numba caches them (``cache=True``) in the package's ``__pycache__``;
 where that is read-only (a system-wide install) numba 0.68 falls back to the user-wide
@@ -45,7 +30,6 @@ gateway's public key, ``--auth-supernode-private-key`` on the SuperNode), never
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -54,20 +38,32 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedep._errors import one_line
-from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
-
-if TYPE_CHECKING:  # imported when used: bad arguments are answered before scikit-learn loads
+if TYPE_CHECKING:
     from fedep.federation.rounds import FederationResult
 
-__all__ = ["LocalDeployment", "RunFailed", "UsageError", "Interrupted", "write_app", "main"]
+__all__ = [
+    "MARKER_ENV",
+    "FederationPlan",
+    "GatewayFailure",
+    "Interrupted",
+    "LocalDeployment",
+    "RunFailed",
+    "RunOutcome",
+    "SignalGuard",
+    "gateway_node_configs",
+    "log_error",
+    "run_config",
+    "run_local_federation",
+    "stale_results",
+    "write_app",
+]
 
 APP_PYPROJECT = """\
 [build-system]
@@ -119,16 +115,12 @@ sys.exit(flower_supernode())
 """
 
 
-class UsageError(Exception):
-    """A bad argument: one line on stderr, exit status 2, no process started."""
-
-
 class RunFailed(RuntimeError):
     """The run ended without a result (the ServerApp's error is the message)."""
 
 
 class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt
-    """SIGINT or SIGTERM reached the launcher."""
+    """SIGINT or SIGTERM reached a run (raised once every process it started is stopped)."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -149,6 +141,8 @@ def write_app(app_dir, run_config: dict | None = None) -> Path:
     The app code is the installed :mod:`fedep.flower`; the project only
     names its components and the default run config.
     """
+    # Imported when used: the command line imports this module to build its parser,
+    # and Flower (with the ServerApp's scikit-learn) loads only when a run starts.
     from fedep.flower.server_app import DEFAULT_RUN_CONFIG
 
     app_dir = Path(app_dir)
@@ -160,6 +154,7 @@ def write_app(app_dir, run_config: dict | None = None) -> Path:
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -436,6 +431,7 @@ class LocalDeployment:
             if on_wait is not None:
                 on_wait()
             time.sleep(0.1)
+        # Imported when used, as the ServerApp in write_app.
         from fedep.federation.rounds import FederationResult
 
         return FederationResult.load(path)  # written whole (renamed into place)
@@ -444,221 +440,112 @@ class LocalDeployment:
         return self.wait_result(self.submit(run_config), timeout)
 
 
-# ---------------------------------------------------------------------- command line
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block
-        raise UsageError(message)
+# ---------------------------------------------------------------------- one federation
+@dataclass
+class FederationPlan:
+    """What one local federation runs.
 
-
-def _iterative_methods() -> dict[str, type]:
-    """Methods with rounds to federate, and their estimator classes."""
-    from fedep.detectors import METHODS, make_estimator
-
-    out = {}
-    for m in METHODS:
-        est = make_estimator(m, validate=False)
-        if hasattr(est, "_make_cohort"):
-            out[m] = type(est)
-    return out
-
-
-def _base_parser(methods) -> _Parser:
-    ap = _Parser(prog="python -m fedep.flower.launch", description=__doc__.split("\n")[0])
-    ap.add_argument("--gateways", type=int, required=True, help="number of SuperNodes (>= 1)")
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", help="nsl-kdd, unsw-nb15 or ton-iot: partitioned by gateway")
-    src.add_argument("--csv", nargs="+", help="one CSV per gateway (data-path)")
-    ap.add_argument("--max-rows", type=int, help="subsample of normal training rows")
-    ap.add_argument(
-        "--feature-set",
-        choices=DATASET_FEATURE_SETS,
-        default=DEFAULT_FEATURE_SET,
-        help="features of --dataset: generic = its raw table through the feature pipeline "
-        "(as your own files), rich / paper = the hand-written specifications "
-        "(default: generic)",
-    )
-    ap.add_argument(
-        "--data-dir", help="dataset directory (default FEDEP_DATA_DIR, then ../shared/data)"
-    )
-    ap.add_argument("--method", default="fedep", choices=methods)
-    ap.add_argument("--min-clients", type=int, default=1)
-    ap.add_argument("--round-timeout", type=float, default=120.0, help="seconds per message")
-    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds for the whole run")
-    ap.add_argument(
-        "--poll-interval",
-        type=float,
-        default=0.2,
-        help="longest idle wait of a SuperNode between pulls (Flower's is 3 s); 0: Flower's",
-    )
-    ap.add_argument("--out", default=None, help="output folder (models, logs, result.json)")
-    ap.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="remove an earlier run's result.json and gateway-*.fedep from --out",
-    )
-    ap.add_argument(
-        "--allow-failures",
-        action="store_true",
-        help="exit 0 even when some gateways failed (they are listed in result.json)",
-    )
-    return ap
-
-
-def build_parser():
-    """The launcher's parser and the estimator parameter table it exposes.
-
-    ``--method`` offers the methods with rounds to federate; one option per
-    parameter of their estimators (:func:`fedep.params.add_param_options`).
+    Parameters
+    ----------
+    node_configs : list of dict
+        One node config per gateway (:func:`gateway_node_configs`).
+    run_config : dict
+        The ServerApp's run config (:func:`run_config`).
+    out : Path
+        Output folder: models, logs, ``result.json``.
     """
-    from fedep.params import add_param_options, param_table, pipeline_table
 
-    methods = _iterative_methods()
-    table = param_table(list(dict.fromkeys(methods.values())))
-    ap = _base_parser(list(methods))
-    add_param_options(ap, pipeline_table(), "feature pipeline (gateways with raw tables)")
-    add_param_options(ap, table)
-    return ap, table
+    node_configs: list[dict]
+    run_config: dict
+    out: Path
 
-
-def _option(name: str) -> str:
-    from fedep.params import option_name
-
-    return f"--{option_name(name)}"
+    @property
+    def gateways(self) -> int:
+        """The number of gateways (SuperNodes)."""
+        return len(self.node_configs)
 
 
-def resolve_data_dir(arg: str | None) -> Path:
-    """The data directory, absolute: ``--data-dir``, ``FEDEP_DATA_DIR``, the default."""
-    from fedep.data.dataset_files import resolve_data_dir as _resolve
+def gateway_node_configs(
+    out: Path,
+    *,
+    files: list[Path] | None = None,
+    dataset: str | None = None,
+    gateways: int | None = None,
+    data_dir: Path | None = None,
+    feature_set: str = "generic",
+    max_rows: int | None = None,
+    table_options: dict | None = None,
+) -> list[dict]:
+    """One node config per gateway (what :mod:`fedep.flower.gateway_data` reads).
 
-    return _resolve(arg or None).expanduser().resolve()
+    Parameters
+    ----------
+    out : Path
+        Output folder; gateway ``i`` writes its model to ``out / "gateway-<i>.fedep"``.
+    files : list of Path, optional
+        One file per gateway (``data-path``); gateway ``i`` is labelled ``"i"``.
+    dataset : str, optional
+        An official dataset, split into ``gateways`` partitions (``partition-id``,
+        ``num-partitions``), read from ``data_dir`` as ``feature_set``, cut to
+        ``max_rows`` normal training rows when given.
+    gateways, data_dir, feature_set, max_rows
+        The partition settings of ``dataset``.
+    table_options : dict, optional
+        Node-config keys for the files (``label-column``, ``normal-label``, ``format``,
+        ``delimiter``, ``infinity``); ``None`` values are left out.
+
+    Returns
+    -------
+    list of dict
+    """
+    extra = {k: v for k, v in (table_options or {}).items() if v is not None}
+    nodes = []
+    n = len(files) if files is not None else int(gateways or 0)
+    for i in range(n):
+        if files is not None:
+            cfg = {"data-path": str(files[i]), "client-label": str(i), **extra}
+        else:
+            cfg = {
+                "partition-id": i,
+                "num-partitions": n,
+                "dataset": dataset,
+                "data-dir": str(data_dir),
+                "feature-set": feature_set,
+            }
+            if max_rows:
+                cfg["max-rows"] = max_rows
+        cfg["model-path"] = str(Path(out) / f"gateway-{i}.fedep")
+        nodes.append(cfg)
+    return nodes
 
 
-def _check_dataset(name: str, root: Path) -> None:
-    from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES
-
-    if name not in DATASET_URLS:
-        raise UsageError(f"unknown --dataset {name!r}; choose from {', '.join(DATASET_URLS)}")
-    needed = [rel for rel, (ds, req) in KNOWN_FILES.items() if ds == name and req]
-    missing = [rel for rel in needed if not (root / rel).is_file()]
-    if missing:
-        raise UsageError(
-            f"dataset {name}: missing {', '.join(missing)} in {root} "
-            f"(set --data-dir or FEDEP_DATA_DIR; download: {DATASET_URLS[name]})"
-        )
+def run_config(method: str, min_clients: int, round_timeout_s: float, settings: dict) -> dict:
+    """The ServerApp's run config: the method, the run's own keys, and ``settings``
+    (estimator and feature-pipeline parameters by run-config key; ``None`` is written
+    ``"none"``, a list comma-separated: run-config values are TOML scalars)."""
+    rc = {"method": method, "min-clients": min_clients, "round-timeout-s": round_timeout_s}
+    for key, value in settings.items():
+        if isinstance(value, list):
+            value = ",".join(map(str, value))
+        rc[key] = "none" if value is None else value
+    return rc
 
 
-def _stale(out: Path) -> list[Path]:
+def stale_results(out: Path) -> list[Path]:
+    """An earlier run's results in ``out``: ``result.json``, gateway models, results of
+    submitted runs (the logs are not results)."""
+    out = Path(out)
     names = ["result.json", "result.json.tmp"]
     found = [out / n for n in names if (out / n).exists()]
     return found + sorted(out.glob("gateway-*.fedep")) + sorted(out.glob("result-*.json"))
 
 
-def _prepare_out(arg: str | None, overwrite: bool) -> Path:
-    if arg is None:
-        return Path(tempfile.mkdtemp(prefix="fedep-flower-")).resolve()
-    out = Path(arg).expanduser().resolve()
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is not a directory")
-    stale = _stale(out) if out.is_dir() else []
-    if stale and not overwrite:
-        names = ", ".join(p.name for p in stale[:4]) + (" ..." if len(stale) > 4 else "")
-        raise UsageError(
-            f"--out {out} holds an earlier run ({names}); pass --overwrite or another --out"
-        )
-    for p in stale:
-        p.unlink()
-    return out
+class SignalGuard:
+    """SIGINT/SIGTERM raise :class:`Interrupted` once; later ones are only recorded.
 
-
-def parse(argv=None):
-    """Parse and validate every argument; nothing is started. Raises :class:`UsageError`."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not {"-h", "--help"} & set(argv):
-        # The checks that need no estimator first: answered before scikit-learn loads.
-        _check_run_args(_base_parser(None).parse_known_args(argv)[0])
-    from fedep.detectors import make_estimator
-    from fedep.params import make_pipeline, params_from_args, pipeline_table
-
-    ap, table = build_parser()
-    a = ap.parse_args(argv)
-    _check_run_args(a)
-    params = params_from_args(a, table)
-    ptable = pipeline_table()
-    pipe = params_from_args(a, ptable)
-    try:
-        est = make_estimator(a.method, params)
-        make_pipeline(pipe, est.features, spell=_option, needs="--features auto")
-    except ValueError as exc:
-        raise UsageError(one_line(exc)) from None
-    a.params, a.table = params, table
-    # Lists travel as comma-separated text (run-config values are TOML scalars).
-    a.pipeline_config = {
-        ptable[k].key: ",".join(v) if isinstance(v, list) else ("none" if v is None else v)
-        for k, v in pipe.items()
-    }
-    a.out = _prepare_out(a.out, a.overwrite)
-    return a
-
-
-def _check_run_args(a) -> None:
-    if a.gateways < 1:
-        raise UsageError(f"--gateways must be >= 1; got {a.gateways}")
-    if a.min_clients < 1 or a.min_clients > a.gateways:
-        raise UsageError(f"--min-clients must be in [1, {a.gateways}]; got {a.min_clients}")
-    if a.round_timeout <= 0 or a.timeout <= 0:
-        raise UsageError("--round-timeout and --timeout must be > 0")
-    if a.csv:
-        if len(a.csv) != a.gateways:
-            raise UsageError(
-                f"--csv needs one file per gateway: {len(a.csv)} files for {a.gateways} gateways"
-            )
-        a.csv = [Path(c).expanduser().resolve() for c in a.csv]
-        missing = [str(c) for c in a.csv if not c.is_file()]
-        if missing:
-            raise UsageError(f"--csv: no such file: {', '.join(missing)}")
-        if len(set(a.csv)) != len(a.csv):
-            raise UsageError("--csv: the same file is given to two gateways")
-    else:
-        a.data_dir = resolve_data_dir(a.data_dir)
-        _check_dataset(a.dataset, a.data_dir)
-        if a.max_rows is not None and a.max_rows < a.gateways:
-            raise UsageError(f"--max-rows must be >= --gateways ({a.gateways}); got {a.max_rows}")
-
-
-def _node_configs(a) -> list[dict]:
-    nodes = []
-    for i in range(a.gateways):
-        if a.csv:
-            cfg = {"data-path": str(a.csv[i]), "client-label": str(i)}
-        else:
-            cfg = {
-                "partition-id": i,
-                "num-partitions": a.gateways,
-                "dataset": a.dataset,
-                "data-dir": str(a.data_dir),
-                "feature-set": a.feature_set,
-            }
-            if a.max_rows:
-                cfg["max-rows"] = a.max_rows
-        cfg["model-path"] = str(a.out / f"gateway-{i}.fedep")
-        nodes.append(cfg)
-    return nodes
-
-
-def _run_config(a, table) -> dict:
-    rc = {
-        "method": a.method,
-        "min-clients": a.min_clients,
-        "round-timeout-s": a.round_timeout,
-    }
-    for name, value in a.params.items():
-        rc[table[name].key] = "none" if value is None else value
-    rc.update(getattr(a, "pipeline_config", {}))
-    return rc
-
-
-class _SignalGuard:
-    """SIGINT/SIGTERM raise :class:`Interrupted` once; later ones are only recorded."""
+    Set ``armed`` to False before a clean-up that a signal must not cut short; the
+    handlers are installed in the main thread only (elsewhere Python refuses them).
+    """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -674,111 +561,106 @@ class _SignalGuard:
         if first and self.armed:
             raise Interrupted(signum)
 
-    def __enter__(self):
-        for s in self.SIGNALS:
-            self._old[s] = signal.signal(s, self._handle)
+    def __enter__(self) -> SignalGuard:
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         for s, h in self._old.items():
             signal.signal(s, h)
 
 
-def _gateway_index(label: str, n: int) -> int | None:
-    return int(label) if label.isdigit() and int(label) < n else None
+@dataclass
+class GatewayFailure:
+    """A gateway that failed: its label on the server, the reason the server recorded,
+    its SuperNode (index, ``None`` when no log names it) and that node's own error."""
+
+    label: str
+    reason: str
+    node: int | None
+    node_error: list[str]
 
 
-def _report_failures(dep: LocalDeployment, failed: dict, n: int) -> None:
-    """Each failed gateway, the reason the server recorded and its node's own error.
+@dataclass
+class RunOutcome:
+    """How a federation ended: its result, or why there is none (``error``)."""
 
-    A gateway that failed before its first reply has no label on the server
-    ("node <id>"); its SuperNode is the one whose log holds the reason.
+    result: FederationResult | None
+    error: str | None
+    deployment: LocalDeployment
+
+    def node_errors(self) -> dict[int, list[str]]:
+        """Each SuperNode's last error in its log (nodes without one left out)."""
+        n = len(self.deployment.node_configs)
+        errors = {i: log_error(self.deployment.log(f"supernode-{i}")) for i in range(n)}
+        return {i: lines for i, lines in errors.items() if lines}
+
+    def failures(self) -> list[GatewayFailure]:
+        """The gateways the result lists as failed, each with its node's own error.
+
+        A gateway that failed before its first reply has no label on the server
+        ("node <id>"); its SuperNode is the one whose log holds the reason.
+        """
+        if self.result is None:
+            return []
+        n = len(self.deployment.node_configs)
+        logs = [self.deployment.log(f"supernode-{i}") for i in range(n)]
+        out = []
+        for label, why in self.result.failed.items():
+            label = str(label)
+            i = int(label) if label.isdigit() and int(label) < n else None
+            if i is None:
+                detail = re.sub(r"^.*?error \d+: ", "", str(why))
+                i = next((j for j, text in enumerate(logs) if detail and detail in text), None)
+            out.append(GatewayFailure(label, str(why), i, [] if i is None else log_error(logs[i])))
+        return out
+
+
+def run_local_federation(
+    plan: FederationPlan, *, poll_interval: float | None = 0.2, timeout: float = 3600.0
+) -> RunOutcome:
+    """Start the deployment, run the federation, stop every process.
+
+    Parameters
+    ----------
+    plan : FederationPlan
+    poll_interval : float or None, default 0.2
+        Longest idle wait of a SuperNode between pulls (:class:`LocalDeployment`).
+    timeout : float, default 3600
+        Seconds for the whole run.
+
+    Returns
+    -------
+    RunOutcome
+        With the result, or the one-line reason the run ended without one (its partial
+        results then removed; the logs stay in ``plan.out``).
+
+    Raises
+    ------
+    Interrupted
+        SIGINT or SIGTERM arrived; every process was stopped and this run's partial
+        results removed first.
     """
-    logs = [dep.log(f"supernode-{i}") for i in range(n)]
-    for label, why in failed.items():
-        print(f"gateway {label} failed: {why}", file=sys.stderr)
-        i = _gateway_index(str(label), n)
-        if i is None:
-            detail = re.sub(r"^.*?error \d+: ", "", str(why))
-            i = next((j for j, text in enumerate(logs) if detail and detail in text), None)
-        if i is None:
-            continue
-        for line in log_error(logs[i]):
-            print(f"  supernode-{i}.log: {line}", file=sys.stderr)
-
-
-def _nodes_with_errors(dep: LocalDeployment, n: int) -> None:
-    for i in range(n):
-        for line in log_error(dep.log(f"supernode-{i}")):
-            print(f"  supernode-{i}.log: {line}", file=sys.stderr)
-
-
-def _run(a, table, guard: _SignalGuard) -> int:
-    dep = LocalDeployment(
-        _node_configs(a), a.out, poll_interval=a.poll_interval if a.poll_interval > 0 else None
-    )
-    result_path = a.out / "result.json"
-    res = error = None
-    try:
-        dep.start()
-        dep.submit(_run_config(a, table), result_path)
-        res = dep.wait_result(result_path, timeout=a.timeout)
-    except (RunFailed, TimeoutError) as exc:
-        error = one_line(exc)
-    finally:
-        guard.armed = False  # from here on a signal cannot cut the clean-up short
+    with SignalGuard() as guard:
+        dep = LocalDeployment(plan.node_configs, plan.out, poll_interval=poll_interval)
+        result_path = Path(plan.out) / "result.json"
+        res = error = None
         try:
-            dep.stop()
+            dep.start()
+            dep.submit(plan.run_config, result_path)
+            res = dep.wait_result(result_path, timeout=timeout)
+        except (RunFailed, TimeoutError) as exc:
+            error = " ".join(str(exc).split()) or type(exc).__name__
         finally:
-            if guard.received is not None or res is None:
-                for p in _stale(a.out):  # this run's partial results
-                    p.unlink(missing_ok=True)
-    if guard.received is not None:
-        raise Interrupted(guard.received)
-    if res is None:
-        print(f"run failed: {error}", file=sys.stderr)
-        _nodes_with_errors(dep, a.gateways)
-        print(f"logs in {a.out}", file=sys.stderr)
-        return 1
-    if res.rank_reason:
-        print(f"rank {res.components.shape[0]} ({res.rank_reason})")
-    for rec in res.history:
-        print(
-            f"round {rec['round']:3d}  objective {rec['objective']:.6g}  "
-            f"gateways {len(rec['participants'])}  {rec['time_s'] * 1e3:.1f} ms"
-        )
-    if res.trim_history:
-        from fedep.core.trimming import describe_trimming
-
-        print(describe_trimming(res.trim_history))
-    print(f"{res.stop_reason} after {res.n_rounds} rounds; models and logs in {a.out}")
-    if res.failed:
-        _report_failures(dep, res.failed, a.gateways)
-        if not a.allow_failures:
-            print(
-                f"{len(res.failed)} of {a.gateways} gateways failed (--allow-failures to accept)",
-                file=sys.stderr,
-            )
-            return 1
-    return 0
-
-
-def main(argv=None) -> int:
-    """Run the launcher; returns the exit status (see the module docstring)."""
-    prog = "launch"
-    with _SignalGuard() as guard:
-        try:
+            guard.armed = False  # from here on a signal cannot cut the clean-up short
             try:
-                a = parse(argv)
-            except UsageError as exc:
-                print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-                return 2
-            return _run(a, a.table, guard)
-        except Interrupted as exc:
-            name = signal.Signals(exc.signum).name
-            print(f"{prog}: {name}: stopped every process it started", file=sys.stderr)
-            return 128 + exc.signum
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+                dep.stop()
+            finally:
+                if guard.received is not None or res is None:
+                    for p in stale_results(plan.out):  # this run's partial results
+                        p.unlink(missing_ok=True)
+        if guard.received is not None:
+            raise Interrupted(guard.received)
+    return RunOutcome(res, error, dep)

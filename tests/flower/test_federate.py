@@ -1,9 +1,10 @@
-"""The local Flower launcher as a user runs it: ``python -m fedep.flower.launch``.
+"""The local Flower deployment as a user runs it: ``fedep federate``.
 
-Bad arguments are answered in one line (exit 2) before any process starts; a gateway
-whose data is broken is reported in ``result.json["failed"]`` and fails the run (exit 1,
-0 with ``--allow-failures``); SIGTERM / SIGINT stop every process of the deployment and
-leave no partial result; the README's launcher line runs from a fresh checkout layout.
+Bad arguments are answered in one line (exit 1; 2 for command-line syntax) before any
+process starts; a gateway whose data is broken is reported in ``result.json["failed"]``
+and fails the run (exit 1, 0 with ``--allow-failures``); SIGTERM / SIGINT stop every
+process of the deployment and leave no partial result (exit 130); the README's
+``fedep federate`` line runs from a fresh checkout layout.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from fedep.flower import launch  # noqa: E402
-from fedep.flower.launch import UsageError, log_error  # noqa: E402
-from fedep.flower.protocol import (  # noqa: E402
+from fedep.cli import (  # noqa: E402
+    build_parser,
+    federate,  # noqa: E402
+    main,
+)
+from fedep.cli._common import UsageError  # noqa: E402
+from fedep.flower.deployment import log_error  # noqa: E402
+from fedep.flower.gateway_data import (  # noqa: E402
     GatewayDataError,
     holds_table,
     load_gateway_data,
@@ -33,7 +39,7 @@ from fedep.flower.protocol import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = "fedep.flower.launch"
+COMMAND = [sys.executable, "-m", "fedep", "federate"]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -44,15 +50,52 @@ def _env(**extra) -> dict:
     return env
 
 
-def _launch(args, *, cwd, env=None, timeout=120.0) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", MODULE, *map(str, args)],
+def _start(args, *, cwd, env=None) -> subprocess.Popen:
+    """``fedep federate args`` in a session of its own (see :func:`_stop`)."""
+    return subprocess.Popen(
+        [*COMMAND, *map(str, args)],
         cwd=cwd,
         env=env or _env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        start_new_session=True,
     )
+
+
+def _stop(proc: subprocess.Popen, out: Path | None) -> None:
+    """Stop a ``fedep federate`` still running and whatever its deployment left.
+
+    SIGTERM first (the command then stops its deployment itself), SIGKILL to its
+    process group after 30 s; then every process of the run in ``out`` (the
+    deployment's processes lead sessions of their own).
+    """
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        except ProcessLookupError:
+            pass
+    for entry in _processes_of(out) if out is not None else []:
+        try:
+            os.kill(int(entry.split(":")[0]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _federate(args, *, cwd, out=None, env=None, timeout=120.0) -> subprocess.CompletedProcess:
+    """Run ``fedep federate args``; on a timeout (or any other error) stop it and the
+    processes of its run in ``out`` before raising."""
+    proc = _start(args, cwd=cwd, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            _stop(proc, out)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _write_csv(path: Path, seed: int, rows: int = 240, n: int = 6) -> Path:
@@ -87,18 +130,32 @@ def _processes_of(out: Path) -> list[str]:
     return found
 
 
-def _one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
+def _one_line_error(stderr: str) -> str:
+    """The one ``fedep: error:`` line of ``stderr`` (fails on anything else)."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("fedep: error: ") and "Traceback" not in stderr, stderr
     return lines[0]
 
 
+def _syntax_error(stderr: str) -> str:
+    """argparse's error line (after its usage block), without a traceback."""
+    assert "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert "error: " in last, stderr
+    return last
+
+
+def _plan(argv):
+    """The checked plan of ``fedep federate argv``; nothing is started."""
+    return federate.plan(build_parser().parse_args(["federate", *map(str, argv)]))
+
+
 def _readme_args() -> list[str]:
-    """The arguments of the README's launcher line (after the module name)."""
+    """The arguments of the README's ``fedep federate`` line (after the command)."""
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"python -m fedep\.federation\.flower\.launch ([^`\n]+)", text)
-    assert m, "README.md has no launcher line"
+    m = re.search(r"fedep federate (--gateways [^`\n]+)", text)
+    assert m, "README.md has no `fedep federate` line"
     return shlex.split(m.group(1))
 
 
@@ -113,44 +170,73 @@ def _with(args: list[str], option: str, value) -> list[str]:
 
 
 # ---------------------------------------------------------------------- bad arguments
+def _answer(argv, tmp_path, monkeypatch, capsys):
+    """Exit status, stderr and seconds of ``fedep federate argv --out run`` in
+    ``tmp_path`` (the parser built beforehand: the answer is timed, not the imports)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEDEP_DATA_DIR", raising=False)
+    build_parser()
+    capsys.readouterr()
+    t0 = time.monotonic()
+    rc = main(["federate", *map(str, argv), "--out", "run"])
+    return rc, capsys.readouterr().err, time.monotonic() - t0
+
+
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--gateways", "0", "--dataset", "nsl-kdd"], "--gateways must be >= 1"),
-        (["--gateways", "2", "--dataset", "nsl-kddd"], "unknown --dataset 'nsl-kddd'"),
-        (["--gateways", "2", "--csv", "nope-0.csv", "nope-1.csv"], "no such file"),
-        (["--gateways", "3", "--csv", "a.csv", "b.csv"], "one file per gateway"),
-        (["--dataset", "nsl-kdd"], "required: --gateways"),
+        (["--gateways", "2", "--dataset", "nsl-kddd"], "unknown dataset 'nsl-kddd'"),
+        (["--gateways", "2", "--train", "nope-0.csv", "nope-1.csv"], "no such file"),
+        (["--gateways", "3", "--train", "a.csv", "b.csv"], "one file per gateway"),
+        (["--dataset", "nsl-kdd"], "--dataset needs --gateways"),
         (["--gateways", "2", "--dataset", "nsl-kdd", "--data-dir", "empty"], "missing nsl-kdd/"),
     ],
 )
-def test_bad_arguments_one_line_exit_2_fast(tmp_path, args, says):
+def test_bad_arguments_one_line_exit_1_fast(tmp_path, monkeypatch, capsys, args, says):
     (tmp_path / "empty").mkdir()
     for name in ("a.csv", "b.csv"):
         _write_csv(tmp_path / name, 0, rows=5)
-    t0 = time.monotonic()
-    proc = _launch([*args, "--out", "run"], cwd=tmp_path, timeout=30)
-    elapsed = time.monotonic() - t0
-    assert proc.returncode == 2, proc.stderr
-    assert says in _one_line_error(proc)
+    rc, stderr, elapsed = _answer(args, tmp_path, monkeypatch, capsys)
+    assert rc == 1, stderr
+    assert says in _one_line_error(stderr)
     assert elapsed < 5.0, f"{elapsed:.1f} s"
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
+def test_bad_syntax_exit_2_fast(tmp_path, monkeypatch, capsys):
+    argv = ["--gateways", "0", "--dataset", "nsl-kdd"]
+    rc, stderr, elapsed = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert rc == 2, stderr
+    assert "argument --gateways: expected a positive integer, got '0'" in _syntax_error(stderr)
+    assert elapsed < 5.0, f"{elapsed:.1f} s"
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
-    "extra, says",
+    "extra, code, says",
     [
-        (["--n-components", "-1"], "'n_components' parameter of FedEP"),
-        (["--method", "pca"], "invalid choice: 'pca'"),
-        (["--rounds", "3"], "unrecognized arguments: --rounds"),  # one spelling: --n-rounds
-        (["--trim-share", "0.7"], "'trim_share' parameter of FedEP"),
+        (["--n-components", "-1"], 1, "'n_components' parameter of FedEP"),
+        (["--method", "pca"], 2, "invalid choice: 'pca'"),
+        (["--rounds", "3"], 2, "unrecognized arguments: --rounds"),  # one spelling: --n-rounds
+        (["--trim-share", "0.7"], 1, "'trim_share' parameter of FedEP"),
     ],
 )
-def test_bad_estimator_arguments_one_line_exit_2(tmp_path, extra, says):
+def test_bad_estimator_arguments_refused(tmp_path, monkeypatch, capsys, extra, code, says):
     csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
-    proc = _launch(["--gateways", 2, "--csv", *csvs, *extra, "--out", "run"], cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert says in _one_line_error(proc)
+    rc, stderr, _ = _answer(
+        ["--gateways", 2, "--train", *csvs, *extra], tmp_path, monkeypatch, capsys
+    )
+    assert rc == code, stderr
+    line = _one_line_error(stderr) if code == 1 else _syntax_error(stderr)
+    assert says in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_answers_from_a_fresh_process(tmp_path):
+    # As a user types it: `python -m fedep federate` (the console script is the same).
+    proc = _federate(["--gateways", 2, "--dataset", "nsl-kddd", "--out", "run"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "unknown dataset 'nsl-kddd'" in _one_line_error(proc.stderr)
     assert not (tmp_path / "run").exists()
 
 
@@ -158,13 +244,13 @@ def test_parse_passes_estimator_options_as_run_config_keys(tmp_path):
     csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
     out = str(tmp_path / "o")
     opts = "--n-rounds 7 --n-components 3 --tol 0 --random-state 3 --method fedpg".split()
-    a = launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--out", out, *opts])
-    rc = launch._run_config(a, a.table)
+    fed = _plan(["--gateways", "2", "--train", *csvs, "--out", out, *opts])
+    rc = fed.run_config
     assert rc["method"] == "fedpg"
     keys = ("n-rounds", "n-components", "tol", "random-state")
     assert [rc[k] for k in keys] == [7, 3, 0.0, 3]
     assert "include" not in rc and "scale-rule" not in rc  # only what was typed
-    nodes = launch._node_configs(a)
+    nodes = fed.node_configs
     assert [n["data-path"] for n in nodes] == [str(c) for c in csvs]
     assert all(Path(n["model-path"]).is_absolute() for n in nodes)
 
@@ -173,8 +259,7 @@ def test_parse_passes_trimming_options_as_run_config_keys(tmp_path):
     # Record trimming runs over Flower: its options reach the run config like any other.
     csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
     opts = "--trim-steps 2 --trim-start median --trim-share 0.2 --contamination auto".split()
-    a = launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--out", str(tmp_path), *opts])
-    rc = launch._run_config(a, a.table)
+    rc = _plan(["--gateways", "2", "--train", *csvs, "--out", tmp_path, *opts]).run_config
     keys = ("trim-steps", "trim-start", "trim-share", "contamination")
     assert [rc[k] for k in keys] == [2, "median", 0.2, "auto"]
 
@@ -188,18 +273,18 @@ def test_data_dir_resolved_absolute_from_a_fresh_checkout(tmp_path, monkeypatch)
     (tmp_path / "main").mkdir()
     monkeypatch.chdir(tmp_path / "main")
     monkeypatch.delenv("FEDEP_DATA_DIR", raising=False)
-    a = launch.parse(["--gateways", "2", "--dataset", "nsl-kdd", "--out", "runs/flower"])
-    nodes = launch._node_configs(a)
+    fed = _plan(["--gateways", "2", "--dataset", "nsl-kdd", "--out", "runs/flower"])
+    nodes = fed.node_configs
     want = str((tmp_path / "shared" / "data").resolve())
     assert [n["data-dir"] for n in nodes] == [want, want]  # absolute: gateways run elsewhere
     # the feature set travels in the node config; generic (the raw table) by default
     assert [n["feature-set"] for n in nodes] == ["generic", "generic"]
-    rich = launch.parse(["--gateways", "2", "--dataset", "nsl-kdd", "--feature-set", "rich"])
-    assert [n["feature-set"] for n in launch._node_configs(rich)] == ["rich", "rich"]
-    assert a.out == (tmp_path / "main" / "runs" / "flower").resolve()
+    rich = _plan(["--gateways", "2", "--dataset", "nsl-kdd", "--feature-set", "rich", "--out", "r"])
+    assert [n["feature-set"] for n in rich.node_configs] == ["rich", "rich"]
+    assert fed.out == (tmp_path / "main" / "runs" / "flower").resolve()
     monkeypatch.setenv("FEDEP_DATA_DIR", "../shared/data")  # a relative env value too
-    a = launch.parse(["--gateways", "1", "--dataset", "nsl-kdd"])
-    assert launch._node_configs(a)[0]["data-dir"] == want
+    fed = _plan(["--gateways", "1", "--dataset", "nsl-kdd", "--out", "runs/flower"])
+    assert fed.node_configs[0]["data-dir"] == want
 
 
 def test_out_folder_with_an_earlier_run_is_refused_unless_overwrite(tmp_path):
@@ -209,10 +294,10 @@ def test_out_folder_with_an_earlier_run_is_refused_unless_overwrite(tmp_path):
     (out / "result.json").write_text("{}")
     (out / "notes.txt").write_text("keep")
     with pytest.raises(UsageError, match="holds an earlier run"):
-        launch._prepare_out(str(out), overwrite=False)
-    assert launch._prepare_out(str(out), overwrite=True) == out.resolve()
+        federate.output_folder(str(out), overwrite=False)
+    assert federate.output_folder(str(out), overwrite=True) == out.resolve()
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
-    assert launch._prepare_out(str(out), overwrite=False) == out.resolve()  # now clean
+    assert federate.output_folder(str(out), overwrite=False) == out.resolve()  # now clean
 
 
 def test_log_error_finds_the_exception_of_a_node_log():
@@ -315,12 +400,13 @@ def test_broken_gateway_is_in_failed_in_process(tmp_path):
 
 # ---------------------------------------------------------------------- deployments
 @pytest.mark.slow
-def test_broken_gateway_fails_the_launcher_unless_allowed(tmp_path):
+def test_broken_gateway_fails_the_run_unless_allowed(tmp_path):
     good = _write_csv(tmp_path / "good.csv", 0)
     bad = _garbage(tmp_path / "bad.csv")
-    args = ["--gateways", 2, "--csv", good, bad, "--n-components", 2, "--n-rounds", 1,
+    args = ["--gateways", 2, "--train", good, bad, "--n-components", 2, "--n-rounds", 1,
             "--tol", 0, "--round-timeout", 60, "--out", "run"]  # fmt: skip
-    proc = _launch(args, cwd=tmp_path, timeout=150)
+    out = tmp_path / "run"
+    proc = _federate(args, cwd=tmp_path, out=out, timeout=150)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     res = json.loads((tmp_path / "run" / "result.json").read_text())
@@ -331,11 +417,11 @@ def test_broken_gateway_fails_the_launcher_unless_allowed(tmp_path):
     assert res["finalized"] == ["0"] and (tmp_path / "run" / "gateway-0.fedep").exists()
     assert not (tmp_path / "run" / "gateway-1.fedep").exists()
 
-    again = _launch(args, cwd=tmp_path, timeout=30)  # the folder holds that run now
-    assert again.returncode == 2 and "--overwrite" in _one_line_error(again)
+    again = _federate(args, cwd=tmp_path, out=out, timeout=30)  # the folder holds that run now
+    assert again.returncode == 1 and "--overwrite" in _one_line_error(again.stderr)
 
     (tmp_path / "run" / "gateway-1.fedep").write_bytes(b"stale model of an earlier run")
-    proc = _launch([*args, "--overwrite", "--allow-failures"], cwd=tmp_path, timeout=150)
+    proc = _federate([*args, "--overwrite", "--allow-failures"], cwd=tmp_path, out=out, timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "bad.csv" in proc.stderr
     assert not (tmp_path / "run" / "gateway-1.fedep").exists()  # the stale one is gone
@@ -356,18 +442,16 @@ def _wait_for(path: Path, pattern: str, proc, timeout: float) -> None:
 @pytest.mark.parametrize(
     "sig, code, wait_for",
     [
-        (signal.SIGTERM, 143, ("flwr-run.log", "fedep: round 1 objective")),  # mid-run
+        (signal.SIGTERM, 130, ("flwr-run.log", "fedep: round 1 objective")),  # mid-run
         (signal.SIGINT, 130, ("supernode-1.log", "")),  # while starting
     ],
 )
 def test_signal_stops_every_process_and_leaves_no_result(tmp_path, sig, code, wait_for):
     csvs = [_write_csv(tmp_path / f"g{i}.csv", i) for i in range(2)]
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", MODULE, "--gateways", "2", "--csv", *map(str, csvs),
-         "--n-components", "2", "--n-rounds", "500", "--tol", "0", "--out", str(out)],
-        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    args = ["--gateways", "2", "--train", *csvs, "--n-components", "2", "--n-rounds", "500",
+            "--tol", "0", "--out", out]  # fmt: skip
+    proc = _start(args, cwd=tmp_path)
     try:
         _wait_for(out / wait_for[0], wait_for[1], proc, timeout=120)
         assert _processes_of(out), "the deployment is not running"
@@ -375,8 +459,7 @@ def test_signal_stops_every_process_and_leaves_no_result(tmp_path, sig, code, wa
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+            _stop(proc, out)
     assert proc.returncode == code, stderr
     assert "Traceback" not in stderr and signal.Signals(sig).name in stderr
     time.sleep(0.2)
@@ -389,21 +472,21 @@ def test_signal_stops_every_process_and_leaves_no_result(tmp_path, sig, code, wa
 @pytest.mark.realdata
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["--data-dir", "FEDEP_DATA_DIR"])
-def test_readme_launcher_line_runs(tmp_path, real_data_dir, how):
+def test_readme_federate_line_runs(tmp_path, real_data_dir, how):
     args = _readme_args()
     # As written, with a fresh output folder and one round (the line's own count is
     # for users; the run is the same).
     args = _with(_with(args, "--out", "runs/flower"), "--n-rounds", 1)
     cwd = tmp_path / "checkout"  # no ../shared/data here: the data dir must be given
     cwd.mkdir()
-    if how == "--data-dir":  # relative: the launcher makes it absolute for the gateways
+    if how == "--data-dir":  # relative: the command makes it absolute for the gateways
         env = _env()
         args += ["--data-dir", os.path.relpath(real_data_dir, cwd)]
     else:
         env = _env(FEDEP_DATA_DIR=str(real_data_dir))
-    proc = _launch(args, cwd=cwd, env=env, timeout=170)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     out = cwd / "runs" / "flower"
+    proc = _federate(args, cwd=cwd, out=out, env=env, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads((out / "result.json").read_text())
     n = int(args[args.index("--gateways") + 1])
     assert res["failed"] == {} and res["n_rounds"] == 1
@@ -420,8 +503,7 @@ def test_readme_launcher_line_runs(tmp_path, real_data_dir, how):
 def test_parse_passes_pipeline_options_as_run_config_keys(tmp_path):
     csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
     opts = "--exclude ts uid --scale-rule shrink --scale-floor 0.3".split()
-    a = launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--out", "o", *opts])
-    rc = launch._run_config(a, a.table)
+    rc = _plan(["--gateways", "2", "--train", *csvs, "--out", tmp_path / "o", *opts]).run_config
     assert rc["exclude"] == "ts,uid" and rc["scale-rule"] == "shrink" and rc["scale-floor"] == 0.3
-    with pytest.raises(launch.UsageError, match="scale_floor"):
-        launch.parse(["--gateways", "2", "--csv", *map(str, csvs), "--scale-floor", "-1"])
+    with pytest.raises(ValueError, match="scale_floor"):
+        _plan(["--gateways", "2", "--train", *csvs, "--scale-floor", "-1", "--out", tmp_path / "o"])

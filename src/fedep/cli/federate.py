@@ -1,0 +1,384 @@
+"""``fedep federate``: run the federation over Flower on this machine.
+
+One line::
+
+    fedep federate --gateways 3 --dataset nsl-kdd --max-rows 3000 --n-rounds 10 \\
+        --out runs/flower
+
+starts a Flower SuperLink and one SuperNode per gateway on 127.0.0.1, each a separate
+process (:mod:`fedep.flower.deployment`), submits the FedEP app with ``flwr run``,
+prints the rounds and stops every process it started. Gateway ``i`` loads its own
+records from its node config: partition ``i`` of an official ``--dataset`` (its normal
+training rows, shuffled, cut to ``--max-rows``, as ``--feature-set``), or the ``i``-th
+``--train`` file; it writes ``gateway-<i>.fedep`` in ``--out``, a model file
+``fedep score`` reads.
+
+The estimator options are those of ``fedep fit`` for the methods with rounds to
+federate (:func:`fedep.params.add_param_options`); they travel to the ServerApp as
+run-config keys, and only those typed are sent (the others keep the method's defaults).
+
+Everything is checked before any process starts, and a bad value is one line
+``fedep: error: ...`` (exit status 1; 2 for command-line syntax, as argparse does):
+``--gateways``, the dataset name and its files in the data directory (``--data-dir``,
+else ``FEDEP_DATA_DIR``, else :func:`fedep.data.dataset_files.resolve_data_dir`, made absolute
+because the gateways run in the output folder), the ``--train`` files, the estimator
+parameters (the estimator's own validation) and the output folder (refused if it holds
+an earlier run's ``result.json`` / ``gateway-*.fedep``, unless ``--overwrite``).
+
+Exit status: 0 when every gateway took part to the end; 1 for a bad value, or when the
+run failed or any gateway failed (listed in ``result.json["failed"]``, printed with the
+gateway's own error from its ``supernode-<i>.log``; ``--allow-failures`` makes that 0);
+130 on Ctrl-C or SIGTERM, after every process it started is stopped and this run's
+partial results are removed (the logs stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
+from fedep._names import DATASETS as DATASET_NAMES
+from fedep.cli._common import (
+    UsageError,
+    add_read_options,
+    check_dataset,
+    dataset_name,
+    err,
+    finite_float,
+    positive_int,
+)
+from fedep.flower.deployment import (
+    FederationPlan,
+    Interrupted,
+    RunOutcome,
+    gateway_node_configs,
+    run_config,
+    run_local_federation,
+    stale_results,
+)
+
+__all__ = ["register", "cmd_federate", "plan", "output_folder", "federated_methods"]
+
+
+def federated_methods() -> dict[str, type]:
+    """The methods with rounds to federate, and their estimator classes."""
+    from fedep.detectors import METHODS, make_estimator
+
+    out = {}
+    for m in METHODS:
+        est = make_estimator(m, validate=False)
+        if est.runs_rounds:
+            out[m] = type(est)
+    return out
+
+
+def federated_param_table() -> dict:
+    """The parameter table of the federated methods' estimators (:mod:`fedep.params`)."""
+    from fedep.params import param_table
+
+    return param_table(list(dict.fromkeys(federated_methods().values())))
+
+
+def register(sub) -> None:
+    from fedep.params import add_param_options, pipeline_table
+
+    p = sub.add_parser(
+        "federate",
+        help="run the federation over Flower on this machine (one process per gateway)",
+        description="Start a Flower SuperLink and one SuperNode per gateway on 127.0.0.1, "
+        "run the federation, write each gateway's model and stop every process.",
+        epilog="Exit status: 0 when every gateway took part to the end; 1 for a bad value "
+        "or a failed run or gateway; 130 when interrupted (every process is stopped).",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--dataset",
+        type=dataset_name,
+        metavar="NAME",
+        help=f"official dataset ({', '.join(DATASET_NAMES)}), its normal training rows "
+        "split among --gateways",
+    )
+    src.add_argument(
+        "--train",
+        nargs="+",
+        metavar="PATH",
+        help="your own flow records: one file per gateway, or a directory of such files "
+        "(gateway i reads the i-th file); any format `fedep fit` reads",
+    )
+    p.add_argument(
+        "--gateways",
+        type=positive_int,
+        metavar="N",
+        help="number of gateways (SuperNodes); needed with --dataset, with --train the "
+        "number of files",
+    )
+    p.add_argument(
+        "--max-rows",
+        type=positive_int,
+        metavar="N",
+        help="with --dataset: a random subsample of N normal training rows (at least one "
+        "per gateway)",
+    )
+    p.add_argument(
+        "--feature-set",
+        choices=DATASET_FEATURE_SETS,
+        default=DEFAULT_FEATURE_SET,
+        help="features of --dataset: generic = its raw table through the feature pipeline "
+        "(as your own files), rich / paper = the hand-written specifications "
+        "(default: generic)",
+    )
+    p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
+    add_read_options(p)
+    p.add_argument("--label-column", help="label column of the --train files (never a feature)")
+    p.add_argument(
+        "--normal-label",
+        help="label value of normal rows; the gateways train on them only (default: labels "
+        "must be 0 = normal / 1 = attack)",
+    )
+    p.add_argument(
+        "--method", choices=list(federated_methods()), default="fedep", help="default: fedep"
+    )
+    p.add_argument(
+        "--min-clients",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="fewest gateways a round needs (default: 1)",
+    )
+    p.add_argument(
+        "--round-timeout",
+        type=finite_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long the server waits for each message's replies (default: 120)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=finite_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="how long the whole run may take (default: 3600)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=finite_float,
+        default=0.2,
+        metavar="SECONDS",
+        help="longest idle wait of a SuperNode between two pulls from the SuperLink "
+        "(default: 0.2; 0 keeps Flower's own, 3 s)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output folder: gateway models, logs, result.json (default: a new temporary folder)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="remove an earlier run's result.json and gateway-*.fedep from --out",
+    )
+    p.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 even when some gateways failed (they are listed in result.json)",
+    )
+    add_param_options(p, pipeline_table(), "feature pipeline (gateways with raw tables)")
+    add_param_options(p, federated_param_table())
+    p.set_defaults(func=cmd_federate)
+
+
+# ---------------------------------------------------------------------- checks
+def _check_dataset_files(name: str, root: Path) -> None:
+    """The dataset's required files are in ``root`` (the gateways read them there)."""
+    from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES
+
+    needed = [rel for rel, (ds, req) in KNOWN_FILES.items() if ds == name and req]
+    missing = [rel for rel in needed if not (root / rel).is_file()]
+    if missing:
+        raise UsageError(
+            f"dataset {name}: missing {', '.join(missing)} in {root} "
+            f"(set --data-dir or FEDEP_DATA_DIR; download: {DATASET_URLS[name]})"
+        )
+
+
+def _gateway_files(args) -> list[Path]:
+    """The ``--train`` files, one per gateway, absolute (the gateways run elsewhere)."""
+    from fedep.data.readers import gateway_files
+
+    files = [f.expanduser().resolve() for f in gateway_files(args.train)]
+    if args.gateways is not None and args.gateways != len(files):
+        raise UsageError(
+            f"--train needs one file per gateway: {len(files)} files for {args.gateways} gateways"
+        )
+    if len(set(files)) != len(files):
+        raise UsageError("--train: the same file is given to two gateways")
+    return files
+
+
+def _gateway_sources(args) -> dict:
+    """The gateways' data, checked: the :func:`gateway_node_configs` arguments."""
+    if args.train is not None:
+        if args.max_rows is not None:
+            raise UsageError("--max-rows applies to --dataset, not to --train files")
+        if args.normal_label is not None and args.label_column is None:
+            raise UsageError("--normal-label needs --label-column")
+        table_options = {  # the readers' defaults are left out of the node configs
+            "label-column": args.label_column,
+            "normal-label": args.normal_label,
+            "format": None if args.format == "auto" else args.format,
+            "delimiter": args.delimiter,
+            "infinity": None if args.infinity == "nan" else args.infinity,
+        }
+        return {"files": _gateway_files(args), "table_options": table_options}
+    from fedep.data.dataset_files import resolve_data_dir
+
+    check_dataset(args.dataset)
+    if args.gateways is None:
+        raise UsageError("--dataset needs --gateways (the number of gateways to split it among)")
+    if args.label_column is not None or args.normal_label is not None:
+        raise UsageError("--label-column / --normal-label apply to --train files only")
+    if args.max_rows is not None and args.max_rows < args.gateways:
+        raise UsageError(f"--max-rows must be >= --gateways ({args.gateways}); got {args.max_rows}")
+    data_dir = resolve_data_dir(args.data_dir).expanduser().resolve()
+    _check_dataset_files(args.dataset, data_dir)
+    return {
+        "dataset": args.dataset,
+        "gateways": args.gateways,
+        "data_dir": data_dir,
+        "feature_set": args.feature_set,
+        "max_rows": args.max_rows,
+    }
+
+
+def _run_settings(args) -> dict:
+    """The estimator and feature-pipeline options typed, by run-config key, validated by
+    the estimator and the pipeline (their own messages)."""
+    from fedep.detectors import make_estimator
+    from fedep.params import make_pipeline, option_name, params_from_args, pipeline_table
+
+    table, ptable = federated_param_table(), pipeline_table()
+    params = params_from_args(args, table)
+    pipe = params_from_args(args, ptable)
+    est = make_estimator(args.method, params)
+    make_pipeline(
+        pipe, est.features, spell=lambda k: f"--{option_name(k)}", needs="--features auto"
+    )
+    return {
+        **{table[k].key: v for k, v in params.items()},
+        **{ptable[k].key: v for k, v in pipe.items()},
+    }
+
+
+def output_folder(arg: str | None, overwrite: bool) -> Path:
+    """The output folder, absolute, without an earlier run's results.
+
+    Not given: a new temporary folder. A folder holding an earlier run's results is
+    refused unless ``overwrite`` (then they are removed; logs and other files stay).
+
+    Raises
+    ------
+    UsageError
+        ``arg`` is not a folder, cannot be created or written, or holds an earlier run.
+    """
+    if arg is None:
+        return Path(tempfile.mkdtemp(prefix="fedep-flower-")).resolve()
+    out = Path(arg).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is not a directory")
+    base = out
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {base} is not a writable directory")
+    stale = stale_results(out) if out.is_dir() else []
+    if stale and not overwrite:
+        names = ", ".join(p.name for p in stale[:4]) + (" ..." if len(stale) > 4 else "")
+        raise UsageError(
+            f"--out {out} holds an earlier run ({names}); pass --overwrite or another --out"
+        )
+    for p in stale:
+        p.unlink()
+    return out
+
+
+def plan(args: argparse.Namespace) -> FederationPlan:
+    """Check every argument and build the federation's node and run configs; nothing
+    is started, and the output folder is touched last (``--overwrite`` empties it).
+
+    Raises
+    ------
+    UsageError, ValueError, DataError
+        One line naming the option, the file or the estimator parameter.
+    """
+    if args.round_timeout <= 0 or args.timeout <= 0:
+        raise UsageError("--round-timeout and --timeout must be > 0")
+    if args.poll_interval < 0:
+        raise UsageError(f"--poll-interval must be >= 0; got {args.poll_interval:g}")
+    sources = _gateway_sources(args)
+    n = len(sources["files"]) if "files" in sources else sources["gateways"]
+    if args.min_clients > n:
+        raise UsageError(f"--min-clients must be in [1, {n}]; got {args.min_clients}")
+    settings = _run_settings(args)
+    out = output_folder(args.out, args.overwrite)
+    nodes = gateway_node_configs(out, **sources)
+    rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
+    return FederationPlan(nodes, rc, out)
+
+
+# ---------------------------------------------------------------------- printing
+def _print_result(outcome: RunOutcome, out: Path) -> None:
+    res = outcome.result
+    if res.rank_reason:
+        print(f"rank {res.components.shape[0]} ({res.rank_reason})")
+    for rec in res.history:
+        print(
+            f"round {rec['round']:3d}  objective {rec['objective']:.6g}  "
+            f"gateways {len(rec['participants'])}  {rec['time_s'] * 1e3:.1f} ms"
+        )
+    if res.trim_history:
+        from fedep.core.trimming import describe_trimming
+
+        print(describe_trimming(res.trim_history))
+    print(f"{res.stop_reason} after {res.n_rounds} rounds; models and logs in {out}")
+
+
+def _report_failures(outcome: RunOutcome) -> None:
+    for f in outcome.failures():
+        print(f"gateway {f.label} failed: {f.reason}", file=sys.stderr)
+        for line in f.node_error:
+            print(f"  supernode-{f.node}.log: {line}", file=sys.stderr)
+
+
+def cmd_federate(args) -> int:
+    if importlib.util.find_spec("flwr") is None:
+        raise UsageError("fedep federate needs Flower: pip install 'fedep[flower]'")
+    fed = plan(args)
+    try:
+        outcome = run_local_federation(
+            fed, poll_interval=args.poll_interval or None, timeout=args.timeout
+        )
+    except Interrupted as exc:
+        name = signal.Signals(exc.signum).name
+        err(f"interrupted by {name}: stopped every process it started; logs in {fed.out}")
+        return 130
+    if outcome.result is None:
+        err(f"run failed: {outcome.error}")
+        for i, lines in outcome.node_errors().items():
+            for line in lines:
+                print(f"  supernode-{i}.log: {line}", file=sys.stderr)
+        print(f"logs in {fed.out}", file=sys.stderr)
+        return 1
+    _print_result(outcome, fed.out)
+    failed = outcome.result.failed
+    if failed:
+        _report_failures(outcome)
+        if not args.allow_failures:
+            err(f"{len(failed)} of {fed.gateways} gateways failed (--allow-failures to accept)")
+            return 1
+    return 0

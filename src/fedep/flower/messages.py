@@ -1,0 +1,152 @@
+"""What crosses the network: the message types, their records, signatures and sizes.
+
+Message types (ServerApp -> ClientApp), in order:
+
+``query.moments``
+    reply: ``ArrayRecord`` ``mean``, ``m2`` (n,), ``MetricRecord`` ``count``,
+    ``ConfigRecord`` ``label`` (the gateway's client id) -- per-feature statistics only.
+    With ``features = "auto"`` the message carries ``features`` (``{"mode": "auto"}``); a
+    gateway holding a raw table (``data-path``) then checks its table and replies
+    ``source`` (``kind = "table"``) and its label instead of moments: its features come
+    from a :class:`~fedep.features.FeaturePipeline` fitted in the two phases below,
+    after which the server asks ``query.moments`` again with ``{"mode": "pipeline",
+    "pipeline": <FeaturePipeline.to_dict()>}`` and the gateway replies the moments of
+    its transformed table (which it keeps, with the pipeline, for the later phases).
+``query.summaries`` (tables only)
+    reply: ``ConfigRecord`` ``summary``: ``FeaturePipeline.summarize(frame).to_dict()``
+    as JSON -- column summaries (counts, moments, sketches, top categories), no record.
+``query.feature_moments`` (tables only)
+    content: the pipeline with its column decisions (``to_dict()`` JSON); reply:
+    ``mean``, ``m2`` (n_out,) and ``count`` of the gateway's encoded features.
+``query.gram`` (``n-components`` "auto" only)
+    content: ``mean``, ``scale`` (n,); reply: ``ArrayRecord`` ``G`` (n, n) = ``Z^T Z`` of
+    the gateway's standardised records and ``count`` -- second moments, no record; the
+    server chooses the rank from their sum (:func:`fedep.core.rank.choose_rank`).
+``query.trim`` (``trim-steps`` > 0 only; record trimming, :mod:`fedep.core.trimming`)
+    content: ``trim`` (JSON: ``op``, the ``kind`` of per-record values, ``cut``,
+    ``min-rows``, ``center``), the standardisation ``mean``, ``scale`` (n,), the model
+    ``params`` (``V`` (n, r), ``lam`` (r,), ``sigma2``, or the coordinate-wise
+    ``median`` (n,)) and candidate cuts ``T`` ((c,), or (n, c) per feature); reply:
+    counts of the gateway's values at or below each cut (same shape as ``T``), its
+    count and smallest / largest value (``range``), its kept count and sums
+    (``ppca-sums``: ``sum t_k^2`` (r,), residual energy; ``cut``: kept count, sum of
+    kept values, whether its kept set changed, and the moments of its kept records,
+    which spares the next ``moments`` exchange) or the moments of its kept records.
+    The kept set stays on the gateway.
+``train.setup``
+    content: ``mean``, ``scale`` (n,), the estimator settings with the rank and its
+    reason; reply: the client's sketch ``(n, k)`` (of its kept records) when ``init =
+    "oneshot"``, else an acknowledgement. With record trimming the setup and the
+    ``train`` rounds run once per concentration step, on the kept records, from the
+    merge of their sketches, as in-process (warm-started at the previous step's
+    consensus only when the kept records are unchanged or ``init="random"``:
+    ``_warm_start``).
+``train`` (one per round)
+    content: ``V`` (n, r) and the round number; reply: ``W``, ``Pi`` (1, n, r), ``nu``
+    (1,) and the scalar metrics of :meth:`FedEPCohort.local_round`. In FedEP's first
+    rounds (``remerge``, :func:`fedep.federation.rounds.run_rounds`) the round config
+    also holds ``restart`` (restart the ADMM at ``V``) and ``sketch-rank`` ``k``; the
+    reply then adds ``sketch`` (1, n, k), the one-shot sketch of the gateway's cleaned
+    records ``X_i - S_i`` (from its n x n Gram matrix; no record).
+``evaluate.finalize``
+    content: the final consensus and the run's history; the gateway writes its
+    personalised model file (with its feature pipeline) and replies with two thresholds.
+
+No message carries a record or any array with one entry per record.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+__all__ = [
+    "arrays_of",
+    "content_digest",
+    "content_nbytes",
+    "message_nbytes",
+    "sign_message",
+    "to_array_record",
+    "verify_message",
+]
+
+
+def to_array_record(**arrays: np.ndarray) -> ArrayRecord:
+    """An ``ArrayRecord`` of float64/bool numpy arrays, keyed by name."""
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def content_digest(content: RecordDict, message_type: str, group_id: str) -> str:
+    """SHA-256 over a message's type, group and every record except ``signature``.
+
+    Arrays count by name, dtype, shape and bytes; config and metric records by their
+    canonical JSON. What a gateway verifies before it acts on a server message.
+    """
+    import hashlib
+    import json
+
+    h = hashlib.sha256(f"{message_type}\0{group_id}\0".encode())
+    for key in sorted(content.keys()):
+        if key == "signature":
+            continue
+        rec = content[key]
+        h.update(f"[{key}]".encode())
+        if isinstance(rec, ArrayRecord):
+            for name, a in sorted(arrays_of(rec).items()):
+                a = np.ascontiguousarray(a)
+                h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+                h.update(a.tobytes())
+        else:
+            h.update(json.dumps(dict(rec), sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def sign_message(msg: Message, key) -> None:
+    """Attach a ``signature`` record (Ed25519 or HMAC, :mod:`fedep.modelfile`) to ``msg``."""
+    import json
+
+    from flwr.app import ConfigRecord
+
+    from fedep.modelfile.signing import sign_digest
+
+    digest = content_digest(msg.content, msg.metadata.message_type, msg.metadata.group_id)
+    msg.content["signature"] = ConfigRecord({"json": json.dumps(sign_digest(digest, key))})
+
+
+def verify_message(msg: Message, key) -> None:
+    """Refuse a server message that is unsigned or altered (ValueError, one line)."""
+    import json
+
+    from fedep.modelfile.signing import verify_digest
+
+    if "signature" not in msg.content.config_records:
+        raise ValueError(
+            f"refused {msg.metadata.message_type} message: not signed (verify-key is set)"
+        )
+    try:
+        block = json.loads(str(msg.content["signature"]["json"]))
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"refused {msg.metadata.message_type} message: {exc}") from None
+    digest = content_digest(msg.content, msg.metadata.message_type, msg.metadata.group_id)
+    try:
+        verify_digest(block, digest, key)
+    except ValueError as exc:
+        raise ValueError(f"refused {msg.metadata.message_type} message: {exc}") from None
+
+
+def arrays_of(rec: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in rec.items()}
+
+
+def message_nbytes(msg: Message) -> int:
+    """Serialised size of a message as Flower ships it (sum of its object contents).
+
+    Counts the payload Flower transfers between SuperLink and SuperNode (content,
+    metadata, array chunks); transport framing (gRPC, HTTP/2, TLS) is not included.
+    """
+    return int(sum(len(o.deflate()) for o in get_all_nested_objects(msg).values()))
+
+
+def content_nbytes(content: RecordDict) -> int:
+    return int(sum(len(o.deflate()) for o in get_all_nested_objects(content).values()))
