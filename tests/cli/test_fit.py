@@ -104,16 +104,16 @@ def test_fit_clean_protocol_drops_attacks(files, tmp_path, capsys):
 
 
 def test_fit_random_state_seeds_the_partition(files, tmp_path, monkeypatch):
-    import fedep.data
+    import fedep.cli.training
 
     seeds = []
-    real = fedep.data.partition_iid
+    real = fedep.cli.training.partition_iid
 
     def spy(n, d, seed):
         seeds.append(seed)
         return real(n, d, seed)
 
-    monkeypatch.setattr(fedep.data, "partition_iid", spy)
+    monkeypatch.setattr(fedep.cli.training, "partition_iid", spy)
     out = tmp_path / "m.fedep"
     base = ["--clients", "3", "--partition", "iid", "--method", "pca", "--quiet"]
     assert _fit(files, out, *base) == 0
@@ -136,12 +136,12 @@ def test_fit_features_numeric_keeps_the_numeric_columns(files, tmp_path, capsys)
 
 @pytest.mark.parametrize("kind", ["dir", "parent_missing", "parent_is_file"])
 def test_fit_checks_output_before_training(files, tmp_path, monkeypatch, capsys, kind):
-    import fedep.cli.training
+    import fedep.cli.fit
 
     def boom(*a, **k):  # pragma: no cover - must not be reached
         raise AssertionError("training data loaded before the output check")
 
-    monkeypatch.setattr(fedep.cli.training, "load_training", boom)
+    monkeypatch.setattr(fedep.cli.fit, "load_training", boom)
     (tmp_path / "afile").write_text("x")
     out = {
         "dir": tmp_path,

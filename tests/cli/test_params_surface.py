@@ -9,7 +9,6 @@ import pytest
 from sklearn.utils._param_validation import Interval, StrOptions
 
 import fedep.cli.fit as fit_mod
-import fedep.cli.training
 from fedep.cli import UsageError, build_parser, main
 from fedep.detectors import (
     ABLATION_CASES,
@@ -82,7 +81,7 @@ def test_fit_command_builds_the_class_defaults(method, files, tmp_path, monkeypa
 
     real = fit_mod.build_estimator
     monkeypatch.setattr(fit_mod, "build_estimator", spy)
-    monkeypatch.setattr(fedep.cli.training, "load_training", stop)
+    monkeypatch.setattr(fit_mod, "load_training", stop)
     rc = main(["fit", "--train", str(files.train), "--method", method,
                "--out", str(tmp_path / "m.fedep")])  # fmt: skip
     assert rc == 1 and "stop before training" in one_error_line(capsys)

@@ -34,6 +34,14 @@ or corrupt models, unknown datasets, bad parameter values, unwritable outputs) p
 one line ``fedep: error: ...`` on stderr and exit with status 1 (2 for command-line
 syntax errors, as argparse does), never a traceback. Ctrl-C and SIGTERM stop a command
 with status 130 and leave no partial output file.
+
+Imports are at module level. An import inside a function body is there only where
+start-up time needs it, with a comment saying so, never to hide an import circle. Here:
+``import fedep.cli`` (this module and :mod:`~fedep.cli._common`) loads the standard
+library only, the command modules (pandas, scikit-learn, numba) when the parser is
+built; :mod:`fedep.evaluation` loads for ``evaluate`` and ``reproduce`` only. Building
+the parser imports every command module, and ``fit``'s options are generated from the
+estimators: even ``fedep --version`` loads scikit-learn.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import sys
 import threading
 import warnings
 
+from fedep import __version__
 from fedep._errors import one_line
 from fedep.cli._common import PROG, UsageError, err, show_warning
 
@@ -54,7 +63,7 @@ __all__ = ["main", "build_parser", "UsageError"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``fedep`` command."""
-    from fedep import __version__
+    # start-up time: `import fedep.cli` stays light; the command modules load the library
     from fedep.cli import data, evaluate, federate, fit, reproduce, score
 
     parser = argparse.ArgumentParser(
@@ -94,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     argv : list of str, optional
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
+    # start-up time: `import fedep.cli` stays light (importing fedep.data loads pandas)
     from fedep.data import DataError, DatasetNotFoundError
     from fedep.modelfile import ModelFileError
 

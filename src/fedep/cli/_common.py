@@ -1,4 +1,10 @@
-"""Shared pieces of the commands: errors, option parsers, data-source options, models."""
+"""Shared pieces of the commands: errors, option parsers, data-source options, models.
+
+:mod:`fedep.cli` imports this module, so it imports the standard library and
+:mod:`fedep._names` only; the library (:mod:`fedep.data`, :mod:`fedep.modelfile`:
+pandas, NumPy) is imported inside the functions that need it (start-up time:
+``import fedep.cli`` stays light).
+"""
 
 from __future__ import annotations
 
@@ -85,6 +91,7 @@ def check_dataset(name: str | None) -> None:
 def add_read_options(p: argparse.ArgumentParser) -> None:
     """``--format``, ``--delimiter``, ``--infinity``: how flow-record files are read
     (:func:`fedep.data.readers.read_table`), shared by fit, score and evaluate."""
+    # start-up time: see the module docstring
     from fedep.data.readers import FORMATS, INFINITY_POLICIES
 
     g = p.add_argument_group("input files (CSV/TSV, Zeek TSV/JSON logs, Parquet, Feather, JSON)")
@@ -210,7 +217,7 @@ def bad_value_error(exc, path, **where):
     """A :class:`~fedep.features.FeatureError` about one value (its ``value`` and
     ``column`` set) as the DataError naming ``path`` and ``where`` (``row=`` or
     ``line=``): the one wording of fit and score."""
-    from fedep.data import DataError
+    from fedep.data import DataError  # start-up time: see the module docstring
 
     msg = f"non-numeric value {exc.value!r} in a numeric feature column"
     return DataError(path, msg, column=exc.column, **where)
@@ -254,6 +261,7 @@ def add_model_options(p) -> None:
 
 
 def load_model(path, verify_key: str | None = None):
+    # start-up time: see the module docstring
     import fedep
     from fedep.modelfile.signing import parse_key
 
@@ -280,7 +288,7 @@ def used_columns(det) -> list[str]:
 
 def check_columns(det, columns, path) -> None:
     """One error naming every column the model needs that ``columns`` lacks."""
-    from fedep.data import DataError
+    from fedep.data import DataError  # start-up time: see the module docstring
 
     have = set(columns)
     missing = [c for c in required_columns(det) if c not in have]
@@ -305,7 +313,7 @@ def output_feature_names(det) -> list[str]:
 
 
 def model_features(det, path) -> list[str]:
-    from fedep.modelfile import ModelFileError
+    from fedep.modelfile import ModelFileError  # start-up time: see the module docstring
 
     names = getattr(det, "feature_names_in_", None)
     if names is None:

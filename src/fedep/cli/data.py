@@ -6,6 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from fedep.cli._common import UsageError, add_clients, add_data_source
+from fedep.cli.training import load_training, numeric_columns
+from fedep.data import (
+    format_partition_summary,
+    format_verify_report,
+    partition_summary,
+    resolve_data_dir,
+    verify_data_dir,
+)
 
 
 def register(sub) -> None:
@@ -26,8 +34,6 @@ def register(sub) -> None:
 
 
 def cmd_data_verify(args) -> int:
-    from fedep.data import format_verify_report, resolve_data_dir, verify_data_dir
-
     root = resolve_data_dir(args.data_dir)
     records = verify_data_dir(root)
     print(format_verify_report(records, str(root)))
@@ -36,13 +42,8 @@ def cmd_data_verify(args) -> int:
 
 
 def cmd_data_summary(args) -> int:
-    from fedep.cli.training import load_training
-    from fedep.data import format_partition_summary, partition_summary
-
     if args.dataset is not None and args.clients is None:
         raise UsageError("data summary needs --clients D")
-    from fedep.cli.training import numeric_columns
-
     data = load_training(args, "contaminated", seed=args.random_state, apply_protocol=False)
     names = numeric_columns(data.X)
     X = data.X[names].to_numpy(dtype=np.float64, na_value=np.nan) if names else None

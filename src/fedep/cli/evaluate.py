@@ -8,15 +8,24 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from fedep._json import jsonable
 from fedep.cli._common import (
     UsageError,
     add_data_source,
     add_model_options,
+    check_columns,
     check_dataset,
     load_model,
     model_features,
+    read_kwargs,
 )
+from fedep.cli.score import client_ids
+from fedep.cli.training import client_ids_of, numeric_matrix
+from fedep.data import DataError, load_dataset
+from fedep.data.labels import labels_of
+from fedep.data.readers import read_table
 
 
 def register(sub) -> None:
@@ -44,10 +53,6 @@ def register(sub) -> None:
 
 def test_data(args, names, det=None):
     """X_test (a DataFrame of the model's columns), y_test, categories, clients, source."""
-    import pandas as pd
-
-    from fedep.data import load_dataset
-
     check_dataset(args.dataset)
     if args.dataset is not None:
         if args.label_column or args.normal_label or args.category_column or args.client_column:
@@ -65,8 +70,6 @@ def test_data(args, names, det=None):
             args.dataset, args.data_dir, feature_set="paper" if generic else args.feature_set
         )
         if generic:
-            from fedep.cli._common import check_columns
-
             X = ds.raw_inputs()[1].reset_index(drop=True)
             check_columns(det, [str(c) for c in X.columns], f"{ds.name} test set")
             cats = np.asarray(ds.category_test).astype(str)
@@ -87,14 +90,6 @@ def test_data(args, names, det=None):
 
 def _table_test_data(args, det):
     """The test table read by :func:`~fedep.data.readers.read_table` (any format)."""
-    import pandas as pd
-
-    from fedep.cli._common import check_columns, read_kwargs
-    from fedep.cli.training import client_ids_of, numeric_matrix
-    from fedep.data import DataError
-    from fedep.data.labels import labels_of
-    from fedep.data.readers import read_table
-
     path = Path(args.table)
     df = read_table(path, **read_kwargs(args))
     cols = [str(c) for c in df.columns]
@@ -130,15 +125,14 @@ def _table_test_data(args, det):
 
 
 def cmd_evaluate(args) -> int:
-    from fedep._json import jsonable
+    # start-up time: every fedep command imports this module; fedep.evaluation (rich,
+    # fractions...) loads for `fedep evaluate` only
     from fedep.evaluation.evaluate import evaluate_fitted
 
     det = load_model(args.model, args.verify_key)
     names = model_features(det, args.model)
     X, y, cats, groups, source = test_data(args, names, det)
     if groups is not None and det.clients_.dtype.kind in "iu":
-        from fedep.cli.score import client_ids
-
         groups = client_ids(groups, det)
     res = evaluate_fitted(det, X, y, groups=groups, categories=cats, threshold_policy="model")
     personal = None
@@ -165,7 +159,7 @@ def cmd_evaluate(args) -> int:
 
 
 def _print_tables(det, result, labels, source, client_column) -> None:
-    from fedep.evaluation.metrics import format_metrics_table
+    from fedep.evaluation.metrics import format_metrics_table  # start-up time (see above)
 
     print(
         f"{type(det).__name__} on {source}: {result['n_test']} records, {result['n_attack']} "

@@ -53,6 +53,10 @@ from fedep.cli._common import (
     finite_float,
     positive_int,
 )
+from fedep.core.trimming import describe_trimming
+from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
+from fedep.data.readers import gateway_files
+from fedep.detectors import METHODS, make_estimator
 from fedep.flower.deployment import (
     FederationPlan,
     Interrupted,
@@ -62,14 +66,20 @@ from fedep.flower.deployment import (
     run_local_federation,
     stale_results,
 )
+from fedep.params import (
+    add_param_options,
+    make_pipeline,
+    option_name,
+    param_table,
+    params_from_args,
+    pipeline_table,
+)
 
 __all__ = ["register", "cmd_federate", "plan", "output_folder", "federated_methods"]
 
 
 def federated_methods() -> dict[str, type]:
     """The methods with rounds to federate, and their estimator classes."""
-    from fedep.detectors import METHODS, make_estimator
-
     out = {}
     for m in METHODS:
         est = make_estimator(m, validate=False)
@@ -80,14 +90,10 @@ def federated_methods() -> dict[str, type]:
 
 def federated_param_table() -> dict:
     """The parameter table of the federated methods' estimators (:mod:`fedep.params`)."""
-    from fedep.params import param_table
-
     return param_table(list(dict.fromkeys(federated_methods().values())))
 
 
 def register(sub) -> None:
-    from fedep.params import add_param_options, pipeline_table
-
     p = sub.add_parser(
         "federate",
         help="run the federation over Flower on this machine (one process per gateway)",
@@ -196,8 +202,6 @@ def register(sub) -> None:
 # ---------------------------------------------------------------------- checks
 def _check_dataset_files(name: str, root: Path) -> None:
     """The dataset's required files are in ``root`` (the gateways read them there)."""
-    from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES
-
     needed = [rel for rel, (ds, req) in KNOWN_FILES.items() if ds == name and req]
     missing = [rel for rel in needed if not (root / rel).is_file()]
     if missing:
@@ -209,8 +213,6 @@ def _check_dataset_files(name: str, root: Path) -> None:
 
 def _gateway_files(args) -> list[Path]:
     """The ``--train`` files, one per gateway, absolute (the gateways run elsewhere)."""
-    from fedep.data.readers import gateway_files
-
     files = [f.expanduser().resolve() for f in gateway_files(args.train)]
     if args.gateways is not None and args.gateways != len(files):
         raise UsageError(
@@ -236,7 +238,6 @@ def _gateway_sources(args) -> dict:
             "infinity": None if args.infinity == "nan" else args.infinity,
         }
         return {"files": _gateway_files(args), "table_options": table_options}
-    from fedep.data.dataset_files import resolve_data_dir
 
     check_dataset(args.dataset)
     if args.gateways is None:
@@ -259,9 +260,6 @@ def _gateway_sources(args) -> dict:
 def _run_settings(args) -> dict:
     """The estimator and feature-pipeline options typed, by run-config key, validated by
     the estimator and the pipeline (their own messages)."""
-    from fedep.detectors import make_estimator
-    from fedep.params import make_pipeline, option_name, params_from_args, pipeline_table
-
     table, ptable = federated_param_table(), pipeline_table()
     params = params_from_args(args, table)
     pipe = params_from_args(args, ptable)
@@ -342,8 +340,6 @@ def _print_result(outcome: RunOutcome, out: Path) -> None:
             f"gateways {len(rec['participants'])}  {rec['time_s'] * 1e3:.1f} ms"
         )
     if res.trim_history:
-        from fedep.core.trimming import describe_trimming
-
         print(describe_trimming(res.trim_history))
     print(f"{res.stop_reason} after {res.n_rounds} rounds; models and logs in {out}")
 

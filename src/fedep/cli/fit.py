@@ -33,7 +33,10 @@ import time
 import warnings
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
+import fedep
+from fedep._progress import RoundProgress
 from fedep.cli._common import (
     DEFAULT_PARTITION_SEED,
     add_clients,
@@ -42,14 +45,25 @@ from fedep.cli._common import (
     check_output_file,
     info,
 )
+from fedep.cli.training import load_training, numeric_columns
+from fedep.core.trimming import describe_trimming
+from fedep.detectors import METHODS, detector_param_table, make_estimator
+from fedep.features import FeatureError, format_decisions
+from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS
+from fedep.modelfile.signing import parse_key
+from fedep.params import (
+    add_param_options,
+    make_pipeline,
+    option_name,
+    params_from_args,
+    pipeline_table,
+    validate_params,
+)
 
 PROTOCOLS = ("clean", "contaminated")
 
 
 def register(sub) -> None:
-    from fedep.detectors import METHODS, detector_param_table
-    from fedep.params import add_param_options, pipeline_table
-
     p = sub.add_parser(
         "fit",
         help="train a detector and save it",
@@ -86,9 +100,6 @@ def build_estimator(args: argparse.Namespace):
     ValueError
         An option of another method, or the estimator's own message for a bad value.
     """
-    from fedep.detectors import detector_param_table, make_estimator
-    from fedep.params import make_pipeline, option_name, params_from_args, validate_params
-
     params = params_from_args(args, detector_param_table())
     overrides = pipeline_overrides(args)
     if overrides:
@@ -112,8 +123,6 @@ def build_estimator(args: argparse.Namespace):
 
 def pipeline_overrides(args: argparse.Namespace) -> dict:
     """The FeaturePipeline parameters given on the command line."""
-    from fedep.params import params_from_args, pipeline_table
-
     return params_from_args(args, pipeline_table())
 
 
@@ -133,16 +142,7 @@ def partition_seed(det) -> int:
 
 
 def cmd_fit(args) -> int:
-    from sklearn.exceptions import ConvergenceWarning
-
-    import fedep
-    from fedep._progress import RoundProgress
-    from fedep.cli.training import load_training
-    from fedep.features import FeatureError
-
     out = check_output_file(args.out, "--out", {"--train": list(args.table or [])})
-    from fedep.modelfile.signing import parse_key
-
     key = parse_key(args.sign_key)  # a missing key file is found before training
     det = build_estimator(args)  # before any data is read
     t0 = time.perf_counter()
@@ -156,8 +156,6 @@ def cmd_fit(args) -> int:
     n_clients = len(np.unique(data.groups))
     frame = data.X
     if isinstance(det.features, str) and det.features == "numeric":
-        from fedep.cli.training import numeric_columns
-
         keep = numeric_columns(frame)
         ignored = [str(c) for c in frame.columns if c not in keep]
         if ignored:
@@ -190,15 +188,11 @@ def cmd_fit(args) -> int:
     fedep.save(det, out, sign_key=key)
     pipe = getattr(det, "features_", None)
     if pipe is not None and not args.quiet:
-        from fedep.features import format_decisions
-
         n_out = len(det.feature_names_out_)
         print(f"feature pipeline: {n_cols} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))
     print(f"rank {det.n_components_} ({det.rank_reason_})")
     if det.trim_steps:
-        from fedep.core.trimming import describe_trimming
-
         print(describe_trimming(det.trim_history_, n_rows))
     if det.contamination == "auto":
         print(
@@ -231,8 +225,6 @@ def _how(det) -> str:
     stop = getattr(det, "stop_reason_", None)
     if rounds is None:
         return "closed form (no rounds)"
-    from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS  # the stopping test's
-
     text = f"{rounds} rounds, stop reason: {stop}"
     if stop in TOL_REASONS.values():
         return text

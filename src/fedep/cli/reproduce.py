@@ -22,6 +22,8 @@ def register(sub) -> None:
 
 
 def cmd_reproduce(args) -> int:
+    # start-up time: every fedep command imports this module; the reproduction
+    # (fedep.evaluation: rich, matplotlib's settings...) loads for `fedep reproduce` only
     from fedep.evaluation.reproduce import run_reproduce
 
     for name in args.datasets or ():

@@ -21,10 +21,13 @@ file is removed and ``--output`` is left as it was.
 from __future__ import annotations
 
 import csv
+import io
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from fedep._atomic import atomic_write
 from fedep._errors import one_line
@@ -43,6 +46,19 @@ from fedep.cli._common import (
     read_kwargs,
     used_columns,
 )
+from fedep.cli.training import numeric_matrix
+from fedep.data import DataError
+from fedep.data._tails import top_k
+from fedep.data.readers import detect_format
+from fedep.data.readers.source import _open_source, _read_head
+from fedep.data.readers.table import chunks_with_originals
+from fedep.data.stream import (
+    CsvBlockReader,
+    NotStreamable,
+    ScoreTailFormatter,
+    read_csv_header,
+)
+from fedep.features import FeatureError
 
 
 def register(sub) -> None:
@@ -88,8 +104,6 @@ def register(sub) -> None:
 def client_ids(ids: np.ndarray, det) -> np.ndarray:
     """Client column text in the dtype of the model's client ids (integer models: a
     value that is not an integer matches no client)."""
-    import pandas as pd
-
     if det.clients_.dtype.kind in "iu":
         v = pd.to_numeric(pd.Series(ids), errors="coerce").to_numpy(dtype=np.float64)
         ok = np.isfinite(v) & (v == np.round(v))
@@ -100,16 +114,12 @@ def client_ids(ids: np.ndarray, det) -> np.ndarray:
 def top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Column indices and values of the ``k`` largest entries of each row, largest first
     (equal entries: the lower column first); :func:`fedep.data._tails.top_k`."""
-    from fedep.data._tails import top_k
-
     return top_k(contrib, k)
 
 
 def score_block(det, X, groups, names, k):
     """Scores, 0/1 flags, anomaly probabilities and top-feature indices/values of one
     block (``X``: a DataFrame, or an array of the columns ``names``)."""
-    import pandas as pd
-
     frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X, columns=names, copy=False)
     idx = vals = None
     if k > 0:
@@ -127,9 +137,6 @@ def score_block(det, X, groups, names, k):
 def streams_as_csv(src: Path, args) -> bool:
     """Whether ``src`` is a comma-separated CSV file, plain or compressed (streamed byte
     for byte)."""
-    from fedep.data.readers import detect_format
-    from fedep.data.readers.source import _open_source, _read_head
-
     fmt = args.format if args.format != "auto" else detect_format(src)
     if fmt != "csv" or args.infinity == "clip":
         return False
@@ -155,8 +162,6 @@ def cmd_score(args) -> int:
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
     stream = streams_as_csv(src, args)
-    from fedep.data.stream import NotStreamable
-
     t0 = time.perf_counter()
     # Errors and KeyboardInterrupt (SIGTERM too, turned into one by main) leave no file.
     with atomic_write(dst) as fout:
@@ -182,9 +187,6 @@ def cmd_score(args) -> int:
 def _score_located(det, X, groups, tails_names, k, src, where: str):
     """:func:`score_block`; a bad value the pipeline meets is a DataError naming the file,
     the ``where`` ("line" or "row") of the index label and the column."""
-    from fedep.data import DataError
-    from fedep.features import FeatureError
-
     try:
         return score_block(det, X, groups, tails_names, k)
     except FeatureError as exc:
@@ -194,8 +196,6 @@ def _score_located(det, X, groups, tails_names, k, src, where: str):
 
 
 def _check_clash(columns, tails, src) -> None:
-    from fedep.data import DataError
-
     clash = [c for c in tails.columns if c in columns]
     if clash:
         raise DataError(src, f"already has output column {clash[0]!r}", line=1, column=clash[0])
@@ -203,8 +203,6 @@ def _check_clash(columns, tails, src) -> None:
 
 def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
     """Stream a comma-separated CSV file, copying its lines and appending the tails."""
-    from fedep.data.stream import CsvBlockReader, ScoreTailFormatter, read_csv_header
-
     pipe = getattr(det, "features_", None)
     if pipe is None:
         names = [str(c) for c in det.feature_names_in_]
@@ -242,8 +240,6 @@ def _read_ahead(blocks):
     works on the current one (parsing and scoring overlap on two cores: pandas' parser,
     NumPy/BLAS and the output writer release the GIL). Order, errors (raised where
     the plain loop would raise them) and memory (one block ahead) are unchanged."""
-    from concurrent.futures import ThreadPoolExecutor
-
     it = iter(blocks)
     end = object()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedep-read") as pool:
@@ -258,13 +254,6 @@ def _read_ahead(blocks):
 
 def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
     """Any other format: read_table chunks, written back as CSV with the tails."""
-    import io
-
-    from fedep.cli.training import numeric_matrix
-    from fedep.data import DataError
-    from fedep.data.readers.table import chunks_with_originals
-    from fedep.data.stream import ScoreTailFormatter
-
     tails = ScoreTailFormatter(tails_names, args.top_features)
     pipe = getattr(det, "features_", None)
     n_rows = n_anom = 0

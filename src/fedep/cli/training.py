@@ -10,8 +10,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedep.cli._common import PROG, UsageError, check_dataset
+from fedep.cli._common import PROG, UsageError, check_dataset, read_kwargs
+from fedep.data import (
+    DataError,
+    load_dataset,
+    make_client_split,
+    partition_dirichlet,
+    partition_iid,
+    partition_sorted,
+)
 from fedep.data.labels import column_text, labels_of
+from fedep.data.readers import gateway_files, read_many, read_table
 
 
 @dataclass
@@ -51,8 +60,6 @@ class Training:
 
 def client_ids_of(s: pd.Series, path, column: str) -> np.ndarray:
     """Client ids of a client column as stripped strings; a missing id is an error."""
-    from fedep.data import DataError
-
     ids = column_text(s)
     empty = ids == ""
     if empty.any():
@@ -73,8 +80,6 @@ def numeric_columns(df: pd.DataFrame) -> list[str]:
 def numeric_matrix(df: pd.DataFrame, names, path) -> np.ndarray:
     """``df[names]`` as finite float64; a non-numeric or missing value is an error naming
     its column and data row (the numeric path of a model fitted without a pipeline)."""
-    from fedep.data import DataError
-
     X = np.empty((len(df), len(names)), dtype=np.float64)
     for j, c in enumerate(names):
         s = df[c]
@@ -103,9 +108,6 @@ def check_client_options(args) -> None:
 def _read_training_tables(args):
     """(frame, per-file gateway ids or None, description of the files, the files, each
     file's first row in the frame followed by the frame's length)."""
-    from fedep.cli._common import read_kwargs
-    from fedep.data.readers import gateway_files, read_many, read_table
-
     paths = [args.table] if isinstance(args.table, str | Path) else list(args.table)
     files = gateway_files(paths)
     kw = read_kwargs(args)
@@ -126,8 +128,6 @@ def _read_training_tables(args):
 def _check_rows(tables: dict, files: dict) -> None:
     """A gateway file without records (a header-only log, an empty Parquet file) is an
     error naming it, not a gateway silently left out of the federation."""
-    from fedep.data import DataError
-
     for gid, df in tables.items():
         if len(df) == 0:
             whose = "nothing" if gid is None else f"gateway {gid!r} has nothing"
@@ -165,8 +165,6 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
     check_dataset(args.dataset)
     if args.dataset is not None:
         return _official(args, protocol, seed)
-    from fedep.data import DataError
-
     df, file_ids, source, files, bounds = _read_training_tables(args)
     path = source
     cols = [str(c) for c in df.columns]
@@ -224,8 +222,6 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
 
 
 def _official(args, protocol, seed) -> Training:
-    from fedep.data import load_dataset, make_client_split
-
     generic = args.feature_set == "generic"
     # the generic set splits the cheap paper matrix's rows and trains on the same rows of
     # the raw table (label columns removed), which the estimator's pipeline encodes
@@ -265,8 +261,6 @@ def _official(args, protocol, seed) -> Training:
 
 
 def _partition(args, partition: str, df: pd.DataFrame, y, seed: int) -> np.ndarray:
-    from fedep.data import partition_dirichlet, partition_iid, partition_sorted
-
     n = len(df)
     if partition == "sorted":
         if args.partition_key not in df.columns:

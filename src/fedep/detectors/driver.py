@@ -14,7 +14,7 @@
 6. the finish (``Gateways.finalize``).
 
 ``BaseFederatedDetector.fit`` calls it over :class:`~fedep.federation.gateways.LocalGateways`,
-the Flower ServerApp over its own transport (``fedep.flower.server_app.FlowerGateways``):
+the Flower ServerApp over its own transport (``fedep.flower.gateways.FlowerGateways``):
 one sequence, so both give the same model (tested). A new phase is one step here plus
 one method per transport.
 """

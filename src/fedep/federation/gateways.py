@@ -8,7 +8,7 @@ finish. Each phase is one method of :class:`Gateways`; a transport only moves it
 messages:
 
 - :class:`LocalGateways`: the records held in this process (``fit``);
-- ``fedep.flower.server_app.FlowerGateways``: one Flower message per gateway and phase.
+- ``fedep.flower.gateways.FlowerGateways``: one Flower message per gateway and phase.
 
 A new phase is one driver step plus one method per transport. No record leaves a
 gateway in either: a phase sends standardisations, bases and queries and gets back

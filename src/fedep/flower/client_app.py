@@ -5,10 +5,13 @@ isolation), so the gateway's personalised state (records, ``W_i``, ``S_i``, ``U_
 duals, Gram matrix) lives in ``context.state``, which the SuperNode keeps on the
 gateway between messages of a run and never sends to the SuperLink.
 
-Every message starts a fresh process, so this module imports only what ``moments``
-and ``train`` need (flwr, numpy, numba kernels of the cohort): scikit-learn (the
-estimator, its validation, the feature pipeline) is imported at ``setup``,
-``finalize`` and the feature phases of a gateway holding a raw table only.
+Imports are at module level. An import inside a function body is there only where
+start-up time needs it, with a comment saying so, never to hide an import circle. Here:
+Flower starts a ClientApp process per message, so this module imports only what
+``moments`` and ``train`` need (flwr, numpy, numba kernels of the cohort, and the light
+modules of the other phases): scikit-learn (the estimator, its validation, the feature
+pipeline) is imported at ``setup``, ``finalize`` and the feature phases of a gateway
+holding a raw table only, pandas when the gateway reads its table.
 
 A gateway holding a raw table (``data-path``) in a run with ``features = "auto"``
 never stores it in ``context.state``: it reads its own file at each feature phase
@@ -18,6 +21,7 @@ keeps the transformed matrix, with the fitted pipeline, for the phases that foll
 
 from __future__ import annotations
 
+import functools
 import json
 from logging import ERROR
 from pathlib import Path
@@ -31,6 +35,14 @@ from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments
+from fedep.core.trimming import (
+    ScoreCounts,
+    counted_values,
+    keep_mask,
+    ppca_sums,
+    record_values,
+)
+from fedep.federation.rounds import FederationResult
 from fedep.flower.gateway_data import (
     GatewayDataError,
     holds_table,
@@ -38,6 +50,7 @@ from fedep.flower.gateway_data import (
     load_gateway_table,
 )
 from fedep.flower.messages import arrays_of, to_array_record, verify_message
+from fedep.modelfile.signing import parse_key
 
 __all__ = ["app", "gateway_model"]
 
@@ -90,7 +103,7 @@ def _kept_block(context: Context) -> np.ndarray:
 
 def _estimator(meta: dict):
     """The estimator the server configured, validated by its own rules."""
-    from fedep.detectors import make_estimator
+    from fedep.detectors import make_estimator  # start-up time: see the module docstring
 
     return make_estimator(meta["method"], meta["params"])
 
@@ -122,7 +135,7 @@ def _json_of(msg: Message, key: str) -> dict:
 def _table(context: Context, columns=None):
     """The gateway's raw table (read from its own file), with the columns ``columns``
     (the pipeline's input columns) that it lacks added as missing values."""
-    import pandas as pd
+    import pandas as pd  # start-up time: see the module docstring
 
     df, label = load_gateway_table(context.node_config)
     if columns is not None:
@@ -137,6 +150,7 @@ def _pipeline(data: dict):
     """The server's feature pipeline, checked against the model file's schema first: a
     malformed or hostile message fails this gateway's reply with one line naming the
     field, not somewhere inside the encoding."""
+    # start-up time: see the module docstring
     from fedep.features import FeaturePipeline
     from fedep.modelfile.content import _check_pipeline_dict
 
@@ -161,12 +175,9 @@ def _moments_reply(msg: Message, X: np.ndarray, label: str) -> Message:
 
 def _verified(handler):
     """Refuse a server message that is unsigned or altered when ``verify-key`` is set."""
-    import functools
 
     @functools.wraps(handler)
     def wrapper(msg: Message, context: Context) -> Message:
-        from fedep.modelfile.signing import parse_key
-
         key = parse_key(str(context.node_config.get("verify-key") or ""))
         if key is not None:
             verify_message(msg, key)
@@ -221,7 +232,7 @@ def moments(msg: Message, context: Context) -> Message:
 @_verified
 def summaries(msg: Message, context: Context) -> Message:
     """Round 1 of the feature pipeline: the column summaries of the raw table (JSON)."""
-    from fedep.features import FeaturePipeline
+    from fedep.features import FeaturePipeline  # start-up time: see the module docstring
 
     params = _json_of(msg, "pipeline").get("params", {})
     try:
@@ -303,14 +314,6 @@ def trim(msg: Message, context: Context) -> Message:
     - ``ppca-sums``: the kept count, ``sum t_k^2`` (r,) and the kept residual energy
       in ``V``.
     """
-    from fedep.core.trimming import (
-        ScoreCounts,
-        counted_values,
-        keep_mask,
-        ppca_sums,
-        record_values,
-    )
-
     q = _json_of(msg, "trim")
     op, kind = q["op"], q.get("kind", "")
     X = arrays_of(context.state[_DATA])["X"]
@@ -416,8 +419,6 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     from this gateway's own training scores (the pooled quantile an in-process fit
     uses would need every gateway's scores).
     """
-    from fedep.federation.rounds import FederationResult
-
     meta = _meta(context)
     det = _estimator(meta)
     std = arrays_of(context.state[_STD])
@@ -459,7 +460,7 @@ def finalize(msg: Message, context: Context) -> Message:
     det = gateway_model(context, arr["components"], info)
     path = context.node_config.get("model-path")
     if path:
-        from fedep.modelfile.estimator import save_model
+        from fedep.modelfile.estimator import save_model  # start-up time: see the docstring
 
         Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
         save_model(det, str(path))  # atomic: the file is whole or absent

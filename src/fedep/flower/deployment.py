@@ -43,10 +43,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from fedep.federation.rounds import FederationResult
+from fedep.federation.rounds import FederationResult
 
 __all__ = [
     "MARKER_ENV",
@@ -141,8 +139,8 @@ def write_app(app_dir, run_config: dict | None = None) -> Path:
     The app code is the installed :mod:`fedep.flower`; the project only
     names its components and the default run config.
     """
-    # Imported when used: the command line imports this module to build its parser,
-    # and Flower (with the ServerApp's scikit-learn) loads only when a run starts.
+    # start-up time: every fedep command imports this module (to build its parser);
+    # Flower and the ServerApp load only when a run starts
     from fedep.flower.server_app import DEFAULT_RUN_CONFIG
 
     app_dir = Path(app_dir)
@@ -431,9 +429,6 @@ class LocalDeployment:
             if on_wait is not None:
                 on_wait()
             time.sleep(0.1)
-        # Imported when used, as the ServerApp in write_app.
-        from fedep.federation.rounds import FederationResult
-
         return FederationResult.load(path)  # written whole (renamed into place)
 
     def run(self, run_config: dict, timeout: float = 600.0) -> FederationResult:

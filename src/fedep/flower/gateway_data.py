@@ -101,7 +101,7 @@ def _feature_set(cfg: dict) -> str:
 
 
 def _table_label(cfg: dict, path: str) -> str:
-    from fedep.data.readers import gateway_id
+    from fedep.data.readers import gateway_id  # start-up time: see the module docstring
 
     return str(cfg.get("client-label", gateway_id(path)))
 
@@ -148,7 +148,7 @@ def load_gateway_table(node_config: dict):
 
 
 def _load_gateway_table(cfg: dict, path: str):
-    from fedep.data.readers import read_table
+    from fedep.data.readers import read_table  # start-up time: see the module docstring
 
     if not Path(path).is_file():
         raise GatewayDataError(f"gateway data: {path}: no such file")
@@ -179,7 +179,7 @@ def _load_gateway_table(cfg: dict, path: str):
 
 def _load_gateway_data(cfg: dict) -> tuple[np.ndarray, str, list[str] | None]:
     if "data-path" in cfg:
-        from fedep.data import load_csv
+        from fedep.data import load_csv  # start-up time: see the module docstring
 
         path = str(cfg["data-path"])
         if not Path(path).is_file():
@@ -217,7 +217,7 @@ def _partition_rows(cfg: dict, feature_set: str):
     """The official dataset and the training rows of partition ``partition-id``: the
     normal rows, shuffled with ``seed``, cut to ``max-rows``, split into
     ``num-partitions`` contiguous parts (in file order within a part)."""
-    from fedep.data import load_dataset
+    from fedep.data import load_dataset  # start-up time: see the module docstring
 
     pid, d = _partition_index(cfg)
     ds = load_dataset(

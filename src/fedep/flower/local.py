@@ -21,7 +21,9 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedep.federation.rounds import FederationResult
+from fedep.flower.client_app import app as client_app
 from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.server_app import run_federation
 
 __all__ = ["FaultPlan", "LocalGrid", "run_local"]
 
@@ -183,9 +185,6 @@ def run_local(
     grid : LocalGrid
         For inspection (``grid.sent``, ``grid.contexts``).
     """
-    from fedep.flower.client_app import app as client_app
-    from fedep.flower.server_app import run_federation
-
     grid = LocalGrid(client_app, node_configs, faults=faults)
     cfg = {"min-nodes": len(node_configs), "node-wait-s": 0.0, **(run_config or {})}
     saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)

@@ -57,9 +57,14 @@ No message carries a record or any array with one entry per record.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+from fedep.modelfile.signing import sign_digest, verify_digest
 
 __all__ = [
     "arrays_of",
@@ -83,9 +88,6 @@ def content_digest(content: RecordDict, message_type: str, group_id: str) -> str
     Arrays count by name, dtype, shape and bytes; config and metric records by their
     canonical JSON. What a gateway verifies before it acts on a server message.
     """
-    import hashlib
-    import json
-
     h = hashlib.sha256(f"{message_type}\0{group_id}\0".encode())
     for key in sorted(content.keys()):
         if key == "signature":
@@ -104,22 +106,12 @@ def content_digest(content: RecordDict, message_type: str, group_id: str) -> str
 
 def sign_message(msg: Message, key) -> None:
     """Attach a ``signature`` record (Ed25519 or HMAC, :mod:`fedep.modelfile`) to ``msg``."""
-    import json
-
-    from flwr.app import ConfigRecord
-
-    from fedep.modelfile.signing import sign_digest
-
     digest = content_digest(msg.content, msg.metadata.message_type, msg.metadata.group_id)
     msg.content["signature"] = ConfigRecord({"json": json.dumps(sign_digest(digest, key))})
 
 
 def verify_message(msg: Message, key) -> None:
     """Refuse a server message that is unsigned or altered (ValueError, one line)."""
-    import json
-
-    from fedep.modelfile.signing import verify_digest
-
     if "signature" not in msg.content.config_records:
         raise ValueError(
             f"refused {msg.metadata.message_type} message: not signed (verify-key is set)"
