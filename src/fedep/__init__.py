@@ -20,8 +20,8 @@ __all__ = [*_DETECTORS, "load", "save", "__version__"]
 
 def __getattr__(name):
     if name in _DETECTORS:
-        # start-up time: `fedep --version` and every Flower ClientApp process import
-        # this package; the estimators (scikit-learn, numba) load on first use
+        # start-up time: every Flower ClientApp process (one per message) imports this
+        # package; the estimators (scikit-learn, numba) load on first use
         from fedep import detectors
 
         return getattr(detectors, name)
