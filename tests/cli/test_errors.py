@@ -94,8 +94,8 @@ def test_error_options(files, tmp_path, capsys):
     assert rc == 1 and "lr does not apply to method fedep" in one_error_line(capsys)
     rc = main(["fit", "--dataset", "kdd99", "--out", out])
     assert rc == 1 and "kdd99" in one_error_line(capsys)
-    rc = main(["fit", "--train", str(files.train), "--n-components", "99", "--quiet",
-               "--out", out])  # fmt: skip
+    rc = main(["fit", "--train", str(files.train), "--client-column", "host",
+               "--n-components", "99", "--quiet", "--out", out])  # fmt: skip
     assert rc == 1 and "n_components" in one_error_line(capsys)
 
 

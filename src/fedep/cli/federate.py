@@ -55,7 +55,7 @@ from fedep.cli._common import (
 )
 from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
-from fedep.data.readers import gateway_files
+from fedep.data.readers import check_distinct_gateways, gateway_files
 from fedep.detectors import METHODS, make_estimator
 from fedep.flower.deployment import (
     FederationPlan,
@@ -218,8 +218,7 @@ def _gateway_files(args) -> list[Path]:
         raise UsageError(
             f"--train needs one file per gateway: {len(files)} files for {args.gateways} gateways"
         )
-    if len(set(files)) != len(files):
-        raise UsageError("--train: the same file is given to two gateways")
+    check_distinct_gateways(files)
     return files
 
 
