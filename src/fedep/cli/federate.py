@@ -35,7 +35,6 @@ partial results are removed (the logs stay).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import signal
 import sys
@@ -62,6 +61,7 @@ from fedep.flower.deployment import (
     Interrupted,
     RunOutcome,
     gateway_node_configs,
+    missing_flower,
     run_config,
     run_local_federation,
     stale_results,
@@ -351,8 +351,9 @@ def _report_failures(outcome: RunOutcome) -> None:
 
 
 def cmd_federate(args) -> int:
-    if importlib.util.find_spec("flwr") is None:
-        raise UsageError("fedep federate needs Flower: pip install 'fedep[flower]'")
+    missing = missing_flower()  # before plan(): a refusal leaves no --out folder behind
+    if missing is not None:
+        raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
     fed = plan(args)
     try:
         outcome = run_local_federation(
