@@ -52,3 +52,19 @@ def test_reproduce_calls_run_reproduce(tmp_path, monkeypatch, capsys):
     assert rc == 0
     assert calls == {"out_dir": tmp_path, "quick": True, "datasets": ["nsl-kdd"], "seeds": [1, 2]}
     assert "working" in capsys.readouterr().out
+
+
+def test_data_summary_does_not_rank_columns_fit_drops(tmp_path, capsys):
+    from _zeek import flows
+
+    # two gateways a day apart: `ts` differs most between them, but fit drops it
+    flows(200, seed=1).drop(columns="label").to_csv(tmp_path / "a.csv", index=False)
+    later = flows(200, seed=2, t0=1.7e9 + 86400 * 30).drop(columns="label")
+    later.to_csv(tmp_path / "b.csv", index=False)
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    assert main(["data", "summary", "--train", *files]) == 0
+    out = capsys.readouterr().out
+    table = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["a"], ["b"])]
+    assert len(table) == 2
+    assert {row[-1] for row in table} <= {"duration", "orig_bytes", "resp_bytes"}
+    assert "not ranked, fit drops them (feature pipeline): ts, uid, id.orig_h, id.resp_p" in out

@@ -94,8 +94,8 @@ def test_error_options(files, tmp_path, capsys):
     assert rc == 1 and "lr does not apply to method fedep" in one_error_line(capsys)
     rc = main(["fit", "--dataset", "kdd99", "--out", out])
     assert rc == 1 and "kdd99" in one_error_line(capsys)
-    rc = main(["fit", "--train", str(files.train), "--n-components", "99", "--quiet",
-               "--out", out])  # fmt: skip
+    rc = main(["fit", "--train", str(files.train), "--client-column", "host",
+               "--n-components", "99", "--quiet", "--out", out])  # fmt: skip
     assert rc == 1 and "n_components" in one_error_line(capsys)
 
 
@@ -133,3 +133,29 @@ def test_python_m_fedep_cli(tmp_path, module):
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.startswith("fedep: error: The 'alpha' parameter of FedEP")
+
+
+@pytest.mark.parametrize("what", ["executable", "package"])
+def test_federate_without_flower_is_one_line_and_leaves_no_out(files, tmp_path, monkeypatch,
+                                                               capsys, what):  # fmt: skip
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    if what == "executable":  # flwr importable, its programs nowhere to be found
+        flwr = object()  # whether or not this environment has it
+        bare = tmp_path / "bare-bin"
+        bare.mkdir()
+        monkeypatch.setattr(sys, "executable", str(bare / "python"))
+        monkeypatch.setenv("PATH", str(bare))
+    else:
+        flwr = None
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: flwr if n == "flwr" else find_spec(n, *a)
+    )
+    out = tmp_path / "run"
+    argv = ["federate", "--gateways", "2", "--train", str(files.train), str(files.test)]
+    assert main([*argv, "--out", str(out)]) == 1
+    line = one_error_line(capsys)
+    assert "Flower is not installed: pip install 'fedep[flower]'" in line
+    assert ("flower-superlink" in line) if what == "executable" else ("no flwr package" in line)
+    assert not out.exists()

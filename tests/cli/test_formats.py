@@ -199,3 +199,62 @@ def test_streamed_csv_does_not_depend_on_chunksize(zeek, tmp_path):
         .splitlines()[1]
         .startswith((zeek.dir / "plain.csv").read_bytes().splitlines()[1])
     )
+
+
+def test_score_copies_zeek_unset_marker(zeek, tmp_path):
+    res = _score(zeek.model, zeek.dir / "test.log", tmp_path / "o.csv")
+    want = zeek.test["service"].tolist()
+    assert "-" in want  # Zeek's unset marker in the log
+    # copied as the log has it, not as an empty cell
+    assert res["service"].tolist() == want
+
+
+def test_headerless_zeek_cut_output_is_one_error(zeek, tmp_path, capsys):
+    cut = tmp_path / "cut.tsv"  # what `zeek-cut` (without -c) writes: values only
+    lines = (zeek.dir / "test.log").read_text().splitlines(keepends=True)
+    cut.write_text("".join(ln for ln in lines if not ln.startswith("#")))
+    capsys.readouterr()
+    args = ["score", "--model", str(zeek.model), "--input", str(cut), "--output"]
+    assert main([*args, str(tmp_path / "o.csv")]) == 1
+    line = one_error_line(capsys)
+    assert "cut.tsv, line 1: no header line: cut.tsv starts with data" in line
+    assert "zeek-cut -c" in line
+    assert main(["fit", "--train", str(cut), "--out", str(tmp_path / "m.fedep"), *FIT]) == 1
+    assert "no header line" in one_error_line(capsys)
+    assert not (tmp_path / "m.fedep").exists()
+
+
+def test_one_log_and_its_compressed_copy_are_refused(zeek, tmp_path, capsys):
+    log = zeek.gw / "gw1.log"
+    gz = tmp_path / "gw1.log.gz"
+    gz.write_bytes(gzip.compress(log.read_bytes()))
+    capsys.readouterr()
+    out = tmp_path / "m.fedep"
+    assert main(["fit", "--train", str(log), str(gz), "--out", str(out), *FIT]) == 1
+    line = one_error_line(capsys)
+    assert f"{gz}: same gateway id 'gw1' as '{log}'" in line
+    assert main(["fit", "--train", str(log), str(log), "--out", str(out), *FIT]) == 1
+    assert "same file as" in one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_gateway_like_column_without_client_column_warns(zeek, tmp_path, capsys):
+    df = pd.concat(
+        [read_table(f).assign(gateway=f"gw{i}") for i, f in enumerate(zeek.files)],
+        ignore_index=True,
+    )
+    one = tmp_path / "all.csv"
+    df.to_csv(one, index=False)
+    out = tmp_path / "m.fedep"
+    fit = ["--n-rounds", "3", "--quiet"]
+    capsys.readouterr()
+    assert main(["fit", "--train", str(one), "--out", str(out), *fit]) == 0
+    warn = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
+    assert len(warn) == 1, warn
+    assert "column 'gateway' looks like a gateway id (3 distinct values)" in warn[0]
+    assert "pass --client-column gateway" in warn[0]
+    assert fedep.load(out).clients_.size == 1
+    args = ["fit", "--train", str(one), "--client-column", "gateway", "--out", str(out)]
+    assert main([*args, *fit]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert fedep.load(out).clients_.tolist() == ["gw0", "gw1", "gw2"]

@@ -627,15 +627,37 @@ def test_gateway_files_and_read_many(tmp_path):
         gateway_files(d)
 
 
+def test_read_many_refuses_one_gateway_twice(tmp_path):
+    a = _write_delimited(tmp_path / "a.log", ",")
+    gz = tmp_path / "a.log.gz"
+    gz.write_bytes(gzip.compress(a.read_bytes()))
+    # a log and its compressed copy: one gateway id, both paths named
+    with pytest.raises(ReadError, match=r"a\.log\.gz: same gateway id 'a' as '.*a\.log'"):
+        read_many([a, gz])
+    with pytest.raises(ReadError, match=r"same file as"):
+        read_many([a, a])
+    link = tmp_path / "b.csv"
+    link.symlink_to(a)
+    with pytest.raises(ReadError, match=r"b\.csv: same file as '.*a\.log'"):
+        read_many([a, link])
+    copy = tmp_path / "c.csv"
+    copy.write_bytes(a.read_bytes())
+    with pytest.raises(ReadError, match=r"c\.csv: same content as '.*a\.log'"):
+        read_many([a, copy])
+    other = _write_delimited(tmp_path / "d.csv", ";")  # other bytes: a gateway of its own
+    assert list(read_many([a, other])) == ["a", "d"]
+
+
 def test_read_many_stem_collisions(tmp_path):
     a = _write_delimited(tmp_path / "gw.csv", ",")
     b = tmp_path / "gw.parquet"
     pq.write_table(_arrow_table(), b)
-    assert list(read_many([a, b])) == ["gw.csv", "gw.parquet"]
+    with pytest.raises(ReadError, match=r"gw\.parquet: same gateway id 'gw' as '.*gw\.csv'"):
+        read_many([a, b])
     sub = tmp_path / "sub"
     sub.mkdir()
     c = _write_delimited(sub / "gw.csv", ",")
-    with pytest.raises(ReadError, match=r"same gateway id 'gw\.csv' as"):
+    with pytest.raises(ReadError, match=r"same gateway id 'gw' as"):
         read_many([a, c])
     empty = tmp_path / "empty_dir"
     empty.mkdir()
@@ -861,3 +883,18 @@ def test_text_columns_in_json(tmp_path):
     assert read_table(arr)["a"].tolist() == [0.12573022109339302, 1e-300]
     with pytest.raises(ReadError, match="text_columns must be a sequence"):
         read_table(arr, text_columns="gw")
+
+
+def test_first_line_of_data_is_no_header(tmp_path):
+    body = "1700000000.5\tC1\t10.0.0.1\t443\ttcp\t-\n1700000001.5\tC2\t10.0.0.2\t80\tudp\tdns\n"
+    cut = tmp_path / "cut.tsv"
+    cut.write_text(body)
+    with pytest.raises(ReadError, match=r"cut\.tsv, line 1: no header line: .*zeek-cut -c"):
+        read_table(cut)
+    nums = tmp_path / "nums.csv"
+    nums.write_text("0.5,1.25,3\n1.5,2.0,4\n")
+    with pytest.raises(ReadError, match=r"no header line: nums\.csv starts with data"):
+        read_table(nums)
+    ints = tmp_path / "ints.csv"  # integer column names are a header
+    ints.write_text("0,1,2\n0.5,1.5,2.5\n")
+    assert list(read_table(ints).columns) == ["0", "1", "2"]

@@ -210,3 +210,55 @@ def test_mixed_known_and_unknown_clients_scored_row_by_row(cls, data):
             r = Z[i] - Z[i] @ B @ B.T
             np.testing.assert_allclose(contrib[i], r**2, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(contrib.sum(1), det.decision_function(data.X_test, groups=g))
+
+
+@pytest.mark.parametrize("cls", [FedEP, OneShotPCA, LocalPCA])
+def test_fit_without_groups_warns_one_client(cls, data):
+    det = _small(cls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.warns(UserWarning, match=r"no groups given: all \d+ rows form one client"):
+            det.fit(data.X_train)
+        assert det.clients_.tolist() == [0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            det.fit(data.X_train, groups=data.groups_train)  # federated: no warning
+    assert det.clients_.size == 8
+
+
+def test_pooled_pca_without_groups_does_not_warn(data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        PooledPCA(n_components=2).fit(data.X_train)  # pooled by design
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_get_feature_names_out_labels_contributions(cls, data):
+    import pandas as pd
+    from sklearn.exceptions import NotFittedError
+
+    X, g = data.X_train, data.groups_train
+    det = _small(cls)
+    with pytest.raises(NotFittedError):
+        det.get_feature_names_out()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        det.fit(X, groups=g)
+        names = det.get_feature_names_out()
+        assert names.tolist() == [f"x{j}" for j in range(X.shape[1])]
+        cols = [f"c{j}" for j in range(X.shape[1])]
+        det.set_params(features="numeric").fit(pd.DataFrame(X, columns=cols), groups=g)
+        assert det.get_feature_names_out().tolist() == cols
+        with pytest.raises(ValueError):
+            det.get_feature_names_out(["a"] * X.shape[1])
+        # a feature pipeline: its output names, one per column of feature_contributions
+        frame = pd.DataFrame(X[:, :4], columns=cols[:4]).assign(
+            proto=np.where(np.arange(len(X)) % 3 == 0, "udp", "tcp")
+        )
+        det.set_params(features="auto").fit(frame, groups=g)
+    names = det.get_feature_names_out()
+    assert "proto=tcp" in names.tolist() and names.tolist() == list(det.feature_names_out_)
+    contrib = det.feature_contributions(frame.iloc[:5], groups=g[:5])
+    labelled = pd.DataFrame(contrib, columns=names)
+    assert labelled.shape == (5, len(names))
+    assert det.get_feature_names_out(frame.columns).tolist() == names.tolist()

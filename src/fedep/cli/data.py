@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from fedep.cli._common import UsageError, add_clients, add_data_source
 from fedep.cli.training import load_training, numeric_columns
@@ -14,6 +15,7 @@ from fedep.data import (
     resolve_data_dir,
     verify_data_dir,
 )
+from fedep.features import FeaturePipeline
 
 
 def register(sub) -> None:
@@ -46,8 +48,25 @@ def cmd_data_summary(args) -> int:
         raise UsageError("data summary needs --clients D")
     data = load_training(args, "contaminated", seed=args.random_state, apply_protocol=False)
     names = numeric_columns(data.X)
+    dropped = _dropped_by_fit(args, data)
+    names = [c for c in names if c not in dropped]
     X = data.X[names].to_numpy(dtype=np.float64, na_value=np.nan) if names else None
     df = partition_summary(data.groups, data.y, X, names or None)
     print(data.desc.replace(", protocol contaminated", ", all training rows"))
     print(format_partition_summary(df))
+    if dropped:
+        shown = ", ".join(dropped[:10]) + (" ..." if len(dropped) > 10 else "")
+        print(f"not ranked, fit drops them (feature pipeline): {shown}")
     return 0
+
+
+def _dropped_by_fit(args, data) -> list[str]:
+    """Columns ``fedep fit`` (default ``--features auto``) would drop: the decisions of its
+    feature pipeline over the same clients; none for a hand-written feature set."""
+    if args.dataset is not None and args.feature_set != "generic":
+        return []  # fit uses those numeric features as they are
+    pipe = FeaturePipeline()
+    codes, _ = pd.factorize(data.groups)
+    parts = [data.X.iloc[codes == j] for j in range(int(codes.max()) + 1)]
+    pipe.fit_from_summaries([pipe.summarize(part) for part in parts])
+    return [d.name for d in pipe.decisions_ if not d.used]

@@ -35,7 +35,6 @@ partial results are removed (the logs stay).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import signal
 import sys
@@ -55,13 +54,14 @@ from fedep.cli._common import (
 )
 from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
-from fedep.data.readers import gateway_files
+from fedep.data.readers import check_distinct_gateways, gateway_files
 from fedep.detectors import METHODS, make_estimator
 from fedep.flower.deployment import (
     FederationPlan,
     Interrupted,
     RunOutcome,
     gateway_node_configs,
+    missing_flower,
     run_config,
     run_local_federation,
     stale_results,
@@ -218,8 +218,7 @@ def _gateway_files(args) -> list[Path]:
         raise UsageError(
             f"--train needs one file per gateway: {len(files)} files for {args.gateways} gateways"
         )
-    if len(set(files)) != len(files):
-        raise UsageError("--train: the same file is given to two gateways")
+    check_distinct_gateways(files)
     return files
 
 
@@ -352,8 +351,9 @@ def _report_failures(outcome: RunOutcome) -> None:
 
 
 def cmd_federate(args) -> int:
-    if importlib.util.find_spec("flwr") is None:
-        raise UsageError("fedep federate needs Flower: pip install 'fedep[flower]'")
+    missing = missing_flower()  # before plan(): a refusal leaves no --out folder behind
+    if missing is not None:
+        raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
     fed = plan(args)
     try:
         outcome = run_local_federation(

@@ -52,6 +52,7 @@ from fedep.data._tails import top_k
 from fedep.data.readers import detect_format
 from fedep.data.readers.source import _open_source, _read_head
 from fedep.data.readers.table import chunks_with_originals
+from fedep.data.readers.zeek import zeek_unset_field
 from fedep.data.stream import (
     CsvBlockReader,
     NotStreamable,
@@ -260,6 +261,9 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
     # the output copies each record as read (an infinite value stays infinite); the
     # features see the --infinity policy's value
     pairs = chunks_with_originals(src, args.chunksize, **read_kwargs(args))
+    # a Zeek log's unset fields are copied as its unset marker ("-"), not as empty cells
+    fmt = args.format if args.format != "auto" else detect_format(src)
+    unset = zeek_unset_field(src) if fmt == "zeek" else ""
     for original, chunk in pairs:
         if n_rows == 0:
             cols = [str(c) for c in chunk.columns]
@@ -285,7 +289,7 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
             )
         out = original.assign(**tails.fields(scores, flags, probs, idx, vals))
         buf = io.StringIO()
-        out.to_csv(buf, header=n_rows == 0, index=False, lineterminator="\n")
+        out.to_csv(buf, header=n_rows == 0, index=False, lineterminator="\n", na_rep=unset)
         fout.write(buf.getvalue().encode("utf-8"))
         n_rows += len(chunk)
         n_anom += int(flags.sum())

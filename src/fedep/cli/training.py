@@ -3,6 +3,8 @@ clients, or the user's table with its clients (a column, or a partition)."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from fedep.data import (
 )
 from fedep.data.labels import column_text, labels_of
 from fedep.data.readers import gateway_files, read_many, read_table
+from fedep.features.name_hints import normalize_name
 
 
 @dataclass
@@ -155,6 +158,44 @@ def _report_missing_columns(tables: dict) -> None:
             )
 
 
+#: Column names (normalised, without an ``_id`` / ``_name`` suffix) that usually hold
+#: the gateway or client a row comes from.
+_CLIENT_WORDS = frozenset(
+    "gateway gw client sensor host hostname node device site probe agent collector router".split()
+)
+
+
+def client_like_columns(df: pd.DataFrame) -> list[str]:
+    """Columns named like a gateway / client id (``gateway``, ``client_id``, ``sensor``,
+    ``host``, ``node``, ``device``, ``gw``, ...) holding 2 or more distinct values, fewer
+    than one per two rows: a per-row gateway id rather than a feature."""
+    out = []
+    for c in df.columns:
+        n = normalize_name(str(c))
+        base = re.sub(r"_?(id|name)$", "", n) if n not in _CLIENT_WORDS else n
+        if base not in _CLIENT_WORDS:
+            continue
+        k = df[c].nunique(dropna=True)
+        if 2 <= k <= len(df) // 2:
+            out.append(str(c))
+    return out
+
+
+def _note_client_like_columns(df: pd.DataFrame, source, skip=None) -> None:
+    """One warning per column that looks like a gateway id when all rows train as one
+    client (no --client-column, --clients or one file per gateway)."""
+    for c in client_like_columns(df):
+        if c == skip:
+            continue
+        k = df[c].nunique(dropna=True)
+        print(
+            f"{PROG}: warning: {source}: column {c!r} looks like a gateway id ({k} distinct "
+            f"values) but all rows train as one client, {c!r} read as an ordinary column; "
+            f"pass --client-column {shlex.quote(c)} for one client per gateway",
+            file=sys.stderr,
+        )
+
+
 def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True) -> Training:
     """Rows, labels and clients (``protocol`` applied unless ``apply_protocol`` is False).
 
@@ -216,6 +257,8 @@ def load_training(args, protocol: str | None, *, seed: int, apply_protocol=True)
         X = X.loc[keep].reset_index(drop=True)
         y, groups = y[keep], groups[keep]
         kept = np.flatnonzero(keep)
+    if how.startswith("1 client"):  # after the option checks: an error comes alone
+        _note_client_like_columns(df, source, skip=args.label_column)
     desc = f"{source}, {how}, protocol {proto}"
     names = [str(c) for c in X.columns]
     return Training(X, y, groups, names, desc, files=files, bounds=bounds, kept=kept)

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.data.errors import DataError
+from fedep.data.readers.detect import header_looks_like_data, no_header_message
 from fedep.data.readers.source import _COMPRESSION_MAGIC, _open_source
 from fedep.data.tabular import parse_header_line, strip_csv_text
 
@@ -72,7 +73,10 @@ def read_csv_header(path) -> tuple[list[str], bytes]:
     path = Path(path)
     with _open_decompressed(path) as fh:
         raw = strip_csv_text(fh.readline(), path)
-    return parse_header_line(raw, path), raw
+    names = parse_header_line(raw, path)
+    if header_looks_like_data(names):
+        raise DataError(path, no_header_message(path, names, ","), line=1)
+    return names, raw
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from numbers import Integral, Real
 from typing import Any
 
@@ -17,7 +18,12 @@ import numpy as np
 from scipy.special import erf
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    _check_feature_names_in,
+    check_array,
+    check_is_fitted,
+    validate_data,
+)
 
 from fedep.core.baselines import client_sketch, oneshot_merge
 from fedep.core.scoring import feature_contributions, residual_energy
@@ -126,6 +132,10 @@ class BaseFederatedDetector(BaseEstimator):
     #: carries; the closed forms need the records in one place (in-process only).
     runs_rounds = False
 
+    #: Whether ``fit`` without ``groups`` warns that all rows form one client (a
+    #: federated detector fitted on one client is rarely what was meant).
+    warns_one_client = True
+
     def _validate_params(self):
         validate_params(self)
 
@@ -168,7 +178,8 @@ class BaseFederatedDetector(BaseEstimator):
         y : ignored
             Present for API consistency (unsupervised).
         groups : array-like of shape (n_samples,), optional
-            Client (gateway) id of each row; all rows form one client if omitted.
+            Client (gateway) id of each row; all rows form one client if omitted (a
+            ``UserWarning`` says so, once per fit; ``clients_`` is then ``[0]``).
 
         Returns
         -------
@@ -176,6 +187,13 @@ class BaseFederatedDetector(BaseEstimator):
         """
         self._validate_params()
         X, pipe, names_in = self._fit_input(X, groups)
+        if groups is None and self.warns_one_client and X.shape[0] > 1:
+            warnings.warn(
+                f"no groups given: all {X.shape[0]} rows form one client (pass "
+                f"groups=<client id of each row> to fit {type(self).__name__} federated)",
+                UserWarning,
+                stacklevel=2,
+            )
         if pipe is not None:
             release_arrow_memory()  # the encoded table (when the caller let it go)
         check_rank(self.n_components, X.shape[1])
@@ -530,9 +548,35 @@ class BaseFederatedDetector(BaseEstimator):
         """Per-feature share of each record's score, shape (n_samples, n_features).
 
         Rows sum to :meth:`decision_function`; large entries say which features make a
-        record anomalous.
+        record anomalous. Column ``j`` is feature ``get_feature_names_out()[j]``.
         """
         return self._apply(X, groups, feature_contributions)
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the model's features: the columns of :meth:`feature_contributions`
+        (and of ``components_``).
+
+        Parameters
+        ----------
+        input_features : array-like of str, optional
+            Without a feature pipeline: the input names (checked against
+            ``feature_names_in_`` when fitted with names). With one: must be ``None`` or
+            ``feature_names_in_`` (the raw columns; the outputs are the pipeline's).
+
+        Returns
+        -------
+        ndarray of str objects
+            ``feature_names_out_`` (the pipeline's output names, or the DataFrame's
+            column names), else ``x0`` .. ``x{n-1}``.
+        """
+        check_is_fitted(self, "components_")
+        if getattr(self, "features_", None) is None:
+            return _check_feature_names_in(self, input_features)
+        if input_features is not None:
+            given = [str(c) for c in input_features]
+            if given != [str(c) for c in self.feature_names_in_]:
+                raise ValueError("input_features is not equal to feature_names_in_")
+        return np.asarray(self.feature_names_out_, dtype=object)
 
     def row_thresholds(self, groups, n_samples):
         """The threshold each record is flagged at, shape (n_samples,).

@@ -47,6 +47,8 @@ class PooledPCA(_ClosedForm):
     baseline moves every record to one place, which a federation must not do).
     """
 
+    warns_one_client = False  # pooled by design: one client is what it is
+
     def _fit_clients(self, blocks, rng, V0=None):
         V = pooled_pca(np.vstack(blocks), self._rank())
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()

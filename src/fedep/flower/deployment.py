@@ -30,6 +30,7 @@ gateway's public key, ``--auth-supernode-private-key`` on the SuperNode), never
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -217,6 +218,28 @@ def _signal_pids(pids, sig) -> None:
             pass
 
 
+#: The Flower programs a local deployment runs.
+FLOWER_EXECUTABLES = ("flower-superlink", "flower-supernode", "flwr")
+
+
+def flower_executable(name: str) -> str | None:
+    """The path of a Flower program: beside this Python (its virtual environment's
+    ``bin``), else on ``PATH``; None when neither has it."""
+    p = Path(sys.executable).parent / name
+    return str(p) if p.exists() else shutil.which(name)
+
+
+def missing_flower() -> str | None:
+    """Why a local deployment cannot start (``flwr`` not importable, or one of
+    :data:`FLOWER_EXECUTABLES` not found), or None when Flower is there."""
+    if importlib.util.find_spec("flwr") is None:
+        return "no flwr package"
+    for name in FLOWER_EXECUTABLES:
+        if flower_executable(name) is None:
+            return f"no {name} program beside {sys.executable} nor on PATH"
+    return None
+
+
 @dataclass
 class LocalDeployment:
     """A SuperLink and N SuperNodes on 127.0.0.1, each a separate process.
@@ -280,8 +303,7 @@ class LocalDeployment:
         return p
 
     def _exe(self, name: str) -> str:
-        p = self.bindir / name
-        return str(p) if p.exists() else (shutil.which(name) or name)
+        return flower_executable(name) or name
 
     def _supernode_cmd(self) -> list[str]:
         if self.poll_interval is None:

@@ -61,7 +61,12 @@ the column. Nothing is silently dropped: a row with the wrong number of fields i
 from __future__ import annotations
 
 from fedep.data.readers.detect import detect_format
-from fedep.data.readers.per_gateway import gateway_files, gateway_id, read_many
+from fedep.data.readers.per_gateway import (
+    check_distinct_gateways,
+    gateway_files,
+    gateway_id,
+    read_many,
+)
 from fedep.data.readers.source import FORMATS, INFINITY_POLICIES, ReadError
 from fedep.data.readers.table import read_table
 
@@ -70,6 +75,7 @@ __all__ = [
     "INFINITY_POLICIES",
     "ReadError",
     "detect_format",
+    "check_distinct_gateways",
     "gateway_files",
     "gateway_id",
     "read_many",

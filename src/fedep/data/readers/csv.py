@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fedep.data.readers.detect import _first_line
+from fedep.data.readers.detect import _first_line, header_looks_like_data, no_header_message
 from fedep.data.readers.frames import (
     _check_columns,
     _clean_names,
@@ -46,6 +46,8 @@ def _csv_header(src: _Source, head: bytes, delimiter: str) -> list[str]:
         fields = next(csv.reader([text], delimiter=delimiter))
     except (csv.Error, StopIteration) as exc:
         raise ReadError(src.path, f"unreadable header ({exc})", line=1) from None
+    if header_looks_like_data(fields):
+        raise ReadError(src.path, no_header_message(src.path, fields, delimiter), line=1)
     return _clean_names(src.path, fields)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -62,6 +63,53 @@ def _first_line(head: bytes) -> bytes:
     if head.startswith(_BOM):
         head = head[len(_BOM) :]
     return head.split(b"\n", 1)[0].rstrip(b"\r")
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+_UNSET = frozenset({"-", "(empty)"})  # Zeek's unset and empty fields
+
+
+def _is_address(text: str) -> bool:
+    if not (_IPV4.fullmatch(text) or (":" in text and len(text) <= 45)):
+        return False
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def header_looks_like_data(fields) -> bool:
+    """Whether a first line's fields are values rather than column names.
+
+    A field that is an IP address, Zeek's unset ``-`` / ``(empty)`` beside a number, or
+    only numbers of which one is not an integer (a Zeek ``ts``): ``zeek-cut`` output
+    without ``-c``, a CSV exported without its header. Integer-only names (``0,1,2``)
+    stay a header.
+    """
+    f = [str(x).strip() for x in fields]
+    if len(f) < 2:
+        return False
+    if any(_is_address(x) for x in f):
+        return True
+    numbers = [x for x in f if _NUMBER.fullmatch(x)]
+    if numbers and any(x in _UNSET for x in f):
+        return True
+    return len(numbers) == len(f) and any(not x.lstrip("+-").isdigit() for x in numbers)
+
+
+def no_header_message(path, fields, delimiter: str) -> str:
+    """The one-line reason for a file whose first line is data."""
+    shown = delimiter.join(str(x) for x in fields[:4]) + (
+        delimiter + "..." if len(fields) > 4 else ""
+    )
+    name = Path(path).name
+    if delimiter == "\t":
+        hint = "zeek-cut drops the header (use zeek-cut -c or pass the log itself)"
+    else:
+        hint = "its first line must name the columns"
+    return f"no header line: {name} starts with data ({shown!r}); {hint}"
 
 
 def _looks_like_zeek_json(line: bytes) -> bool:

@@ -81,6 +81,57 @@ def gateway_files(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]
     return out
 
 
+def _same_bytes(a: Path, b: Path) -> bool:
+    """Whether two files of equal size hold the same bytes (compared in blocks)."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def check_distinct_gateways(files: Iterable[str | os.PathLike]) -> None:
+    """Refuse two files that would be one gateway's records twice.
+
+    Two paths of one file (the same file given twice, a symbolic link to it), two files
+    with the same gateway id (:func:`gateway_id`: ``a.log`` and its compressed copy
+    ``a.log.gz``, ``a/conn.log`` and ``b/conn.log``) or two files with the same bytes
+    (a copy under another name) would each train as a gateway of their own.
+
+    Raises
+    ------
+    ReadError
+        Naming both files.
+    """
+    seen_path: dict[Path, Path] = {}
+    seen_id: dict[str, Path] = {}
+    by_size: dict[int, list[Path]] = {}
+    for f in map(Path, files):
+        real = f.resolve()
+        if real in seen_path:
+            other = seen_path[real]
+            raise ReadError(f, f"same file as {str(other)!r}: give each gateway's file once")
+        gid = gateway_id(f)
+        if gid in seen_id:
+            other = seen_id[gid]
+            raise ReadError(
+                f,
+                f"same gateway id {gid!r} as {str(other)!r} (gateway id = file name without "
+                "suffixes): give each gateway's records once, or rename one of the files",
+            )
+        size = real.stat().st_size
+        for other in by_size.get(size, []):
+            if _same_bytes(real, other.resolve()):
+                raise ReadError(
+                    f, f"same content as {str(other)!r}: give each gateway's records once"
+                )
+        seen_path[real] = f
+        seen_id[gid] = f
+        by_size.setdefault(size, []).append(f)
+
+
 def read_many(
     paths: str | os.PathLike | Iterable[str | os.PathLike], **kwargs: Any
 ) -> dict[str, pd.DataFrame]:
@@ -98,24 +149,17 @@ def read_many(
     -------
     dict of str to DataFrame
         Gateway id (:func:`gateway_id`, e.g. ``conn.log.gz`` -> ``conn``) to its table, in
-        file order. Files whose ids collide are keyed by their full file names instead.
+        file order.
 
     Raises
     ------
     ReadError
-        From :func:`read_table`, or two files with the same file name (naming both).
+        From :func:`read_table`, or two files that are one gateway's data twice
+        (:func:`check_distinct_gateways`, naming both).
     """
     if "chunksize" in kwargs:
         raise TypeError("read_many does not stream: read_table(..., chunksize=) per file")
     files = gateway_files(paths)
-    ids = [gateway_id(f) for f in files]
-    keys: list[str] = []
-    for f, gid in zip(files, ids, strict=True):
-        key = gid if ids.count(gid) == 1 else f.name
-        if key in keys:
-            other = files[keys.index(key)]
-            raise ReadError(
-                f, f"same gateway id {key!r} as {str(other)!r}: rename one of the files"
-            )
-        keys.append(key)
+    check_distinct_gateways(files)
+    keys = [gateway_id(f) for f in files]
     return {k: read_table(f, **kwargs) for k, f in zip(keys, files, strict=True)}

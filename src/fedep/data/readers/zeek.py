@@ -24,7 +24,7 @@ from fedep.data.readers.frames import (
     _rechunk,
     _to_pandas,
 )
-from fedep.data.readers.source import _BOM, ReadError, _Source, _text_lines
+from fedep.data.readers.source import _BOM, ReadError, _open_source, _Source, _text_lines
 
 _ZEEK_INT = {"count", "int", "port"}
 _ZEEK_FLOAT = {"double", "interval", "time"}
@@ -94,6 +94,12 @@ def _zeek_header(src: _Source) -> _ZeekHeader:
         types=list(types),
         n_lines=n,
     )
+
+
+def zeek_unset_field(path) -> str:
+    """The unset-field marker a Zeek TSV log declares (``#unset_field``, usually ``-``):
+    what a copy of its records writes for a missing value."""
+    return _zeek_header(_open_source(Path(path))).unset
 
 
 def _zeek_arrow_type(zeek_type: str) -> pa.DataType:
