@@ -1,9 +1,10 @@
 """One parameter table for every surface: the estimators declare, the rest derive.
 
 Each estimator declares its hyper-parameters once, in scikit-learn's
-``_parameter_constraints`` (validated by ``_validate_params``) and its ``__init__``
-defaults; its numpydoc docstring describes them. This module reads those three
-places and gives every other surface the same parameters:
+``_parameter_constraints`` (validated by ``_validate_params``), its ``__init__``
+defaults and, next to the constraints, ``_parameter_summaries`` (one plain sentence
+each: the command line's help); its numpydoc docstring describes them in full. This
+module reads those places and gives every other surface the same parameters:
 
 - the command line (:func:`add_param_options` / :func:`params_from_args`):
   ``--n-components``, ``--alpha``, ... ;
@@ -15,7 +16,7 @@ places and gives every other surface the same parameters:
 with one spelling per concept (the Python name with ``_`` -> ``-``), the estimator's
 defaults, and the estimator's own validation message for a bad value. Adding a
 hyper-parameter therefore touches the core (what it means numerically) and the
-estimator (its constraint, default and docstring) only.
+estimator (its constraint, default, summary and docstring) only.
 
 The module knows no estimator: its callers pass the classes (:func:`param_table`),
 e.g. every detector (:func:`fedep.detectors.detector_param_table`), so that the
@@ -62,6 +63,8 @@ __all__ = [
     "pipeline_table",
     "make_pipeline",
     "option_name",
+    "param_help",
+    "plain_text",
 ]
 
 #: Parameters that are not data: they never appear on a text surface.
@@ -88,7 +91,9 @@ class ParamSpec:
     defaults : dict of str -> Any
         Default per estimator class name (they may differ, e.g. ``tol``).
     help : str
-        First sentence of the numpydoc description.
+        One plain sentence: the estimator's ``_parameter_summaries`` entry (declared
+        next to its constraint), else the first sentence of its numpydoc entry as
+        plain text (:func:`plain_text`).
     estimators : tuple of str
         Estimator class names that accept it.
     """
@@ -101,8 +106,27 @@ class ParamSpec:
     estimators: tuple[str, ...]
 
 
+_RST_ROLE = re.compile(r":[\w.:+-]+:`(~?)([^`]*)`")
+
+
+def _role_text(m: re.Match) -> str:
+    tilde, body = m.group(1), m.group(2).strip()
+    if "<" in body:  # :role:`title <target>`
+        return body.split("<", 1)[0].strip()
+    return body.rsplit(".", 1)[-1] if tilde else body
+
+
+def plain_text(text: str) -> str:
+    """reStructuredText as plain text for a terminal: roles by their text
+    (:func:`~a.b` -> b), double and single backquotes dropped, whitespace collapsed."""
+    text = _RST_ROLE.sub(_role_text, text)
+    text = text.replace("``", "").replace("`", "")
+    return " ".join(text.split())
+
+
 def _docstring_params(cls) -> dict[str, str]:
-    """Parameter -> first sentence of its numpydoc description (shared entries expanded)."""
+    """Parameter -> first sentence of its numpydoc description (shared entries
+    expanded), as plain text."""
     doc = inspect.getdoc(cls) or ""
     m = re.search(r"^Parameters\n-+\n(.*?)(?:^\w[\w ]*\n-+\n|\Z)", doc, re.S | re.M)
     if not m:
@@ -114,7 +138,7 @@ def _docstring_params(cls) -> dict[str, str]:
             continue
         head, _, body = entry.partition("\n")
         names = [n.strip() for n in head.split(":")[0].split(",")]
-        text = " ".join(line.strip() for line in body.splitlines() if line.strip())
+        text = plain_text(" ".join(line.strip() for line in body.splitlines() if line.strip()))
         first = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
         for n in names:
             if n:
@@ -139,6 +163,7 @@ def param_table(estimators) -> dict[str, ParamSpec]:
     for cls in estimators:
         sig = inspect.signature(cls.__init__)
         docs = _docstring_params(cls)
+        summaries = getattr(cls, "_parameter_summaries", {})
         for name, p in sig.parameters.items():
             if name == "self" or name in _NOT_ON_SURFACES:
                 continue
@@ -155,7 +180,7 @@ def param_table(estimators) -> dict[str, ParamSpec]:
             )
             row["defaults"][cls.__name__] = p.default
             row["estimators"].append(cls.__name__)
-            text = docs.get(name, "")
+            text = summaries.get(name) or docs.get(name, "")
             if not row["help"] and text and not text.startswith("As in"):
                 row["help"] = text
     return {
@@ -236,42 +261,81 @@ def validate_params(est) -> None:
 
 
 # ---------------------------------------------------------------------- CLI
-def _metavar(spec: ParamSpec) -> str:
-    parts = []
+def _plain(value: Any) -> str:
+    """A default as a user types it: none, on/off, auto, 0.001."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _choices(spec: ParamSpec) -> list[str]:
+    out: list[str] = []
     for c in spec.constraints:
         if isinstance(c, StrOptions):
-            parts.extend(sorted(c.options - set(getattr(c, "deprecated", ()) or ())))
-        elif isinstance(c, Interval):
-            parts.append("INT" if c.type is numbers.Integral else "FLOAT")
-        elif c is None:
-            parts.append("none")
-        elif c == "random_state":
-            parts.append("INT")
-    return "{" + ",".join(dict.fromkeys(parts)) + "}" if len(parts) > 1 else (parts or ["V"])[0]
+            out.extend(sorted(c.options - set(getattr(c, "deprecated", ()) or ())))
+    return out
+
+
+def _metavar(spec: ParamSpec) -> str:
+    """``N`` (an integer), ``X`` (a real), ``{a,b}`` (short choices), else the value's
+    initial: the option stays short; the summary names the other values (auto, none)."""
+    for c in spec.constraints:
+        if c == "random_state" or (isinstance(c, Interval) and c.type is numbers.Integral):
+            return "N"
+        if isinstance(c, Interval):
+            return "X"
+    text = "{" + ",".join(_choices(spec)) + "}"
+    return text if len(text) <= 12 else spec.key.rsplit("-", 1)[-1][0].upper()
 
 
 def _default_text(spec: ParamSpec) -> str:
-    vals = {repr(v) for v in spec.defaults.values()}
-    if len(vals) == 1:
-        return f"default: {next(iter(spec.defaults.values()))!r}"
-    return "default: " + ", ".join(f"{k} {v!r}" for k, v in spec.defaults.items())
+    vals = list(spec.defaults.values())
+    if list in spec.constraints and all(v is None for v in vals):
+        return ""  # a list of columns: none by default
+    if len({repr(v) for v in vals}) == 1:
+        return f"default: {_plain(vals[0])}"
+    return "default: " + ", ".join(f"{k} {_plain(v)}" for k, v in spec.defaults.items())
+
+
+def param_help(spec: ParamSpec) -> str:
+    """The option's help: the parameter's one plain sentence and its default (``%``
+    escaped for argparse)."""
+    default = _default_text(spec)
+    text = spec.help + (f" ({default})" if default else "")
+    return text.replace("%", "%%")
+
+
+def _group(parser: argparse.ArgumentParser, title: str):
+    """The parser's argument group of that title (made on first use)."""
+    for g in parser._action_groups:
+        if g.title == title:
+            return g
+    return parser.add_argument_group(title)
 
 
 def add_param_options(
     parser: argparse.ArgumentParser,
     table: dict[str, ParamSpec],
-    title: str = "estimator parameters (one per estimator parameter)",
+    title: str = "estimator parameters",
+    *,
+    group_of=None,
 ) -> None:
     """Add one ``--key`` option per parameter of the table (default: not given).
 
     A boolean parameter gets ``--key`` / ``--no-key``, a list of names ``--key A B``.
     Every option's default is "not given" (the estimator's own default applies), so
-    that :func:`params_from_args` passes only what the user typed.
+    that :func:`params_from_args` passes only what the user typed. Its help is
+    :func:`param_help`. The options go to the argument group ``title``, or to the
+    group ``group_of(spec)`` names when that is not None (groups of the same title are
+    shared, also with the parser's other options).
     """
-    group = parser.add_argument_group(title)
     for spec in table.values():
-        used = ", ".join(spec.estimators)
-        help_ = f"{spec.help} ({_default_text(spec)}; {used})".replace("%", "%%")
+        group = _group(parser, (group_of(spec) if group_of else None) or title)
+        help_ = param_help(spec)
         if list in spec.constraints:
             group.add_argument(
                 f"--{spec.key}", dest=f"param__{spec.name}", nargs="+", metavar="COL", help=help_

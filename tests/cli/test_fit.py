@@ -47,9 +47,20 @@ def test_fit_prints_progress_lines_and_summary(files, tmp_path, capsys):
     assert det.n_iter_ == 4 and det.clients_.size == 3
 
 
+def test_fit_quiet_prints_only_the_model_path(files, tmp_path, capsys):
+    # The summary tests above and below leave --quiet out: --quiet is the one line
+    # a script reads (MODEL=$(fedep fit ... --quiet)), nothing on stderr.
+    out = tmp_path / "m.fedep"
+    assert _fit(files, out, "--n-components", "2", "--n-rounds", "3", "--quiet") == 0
+    cap = capsys.readouterr()
+    assert cap.out.splitlines() == [str(out)]
+    assert cap.err == ""
+    assert fedep.load(out).n_components == 2
+
+
 def test_fit_summary_names_non_default_parameters(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
-    assert _fit(files, out, "--n-components", "2", "--alpha", "0.5", "--quiet") == 0
+    assert _fit(files, out, "--n-components", "2", "--alpha", "0.5") == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "non-default" in ln)
     assert "n_components=2" in line and "alpha=0.5" in line
     assert "beta=" not in line and "n_rounds=" not in line  # defaults are not listed
@@ -58,7 +69,7 @@ def test_fit_summary_names_non_default_parameters(files, tmp_path, capsys):
 
 def test_fit_round_cap_prints_final_residuals(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
-    extra = ["--n-components", "2", "--n-rounds", "3", "--tol", "1e-12", "--quiet"]
+    extra = ["--n-components", "2", "--n-rounds", "3", "--tol", "1e-12"]
     assert _fit(files, out, *extra) == 0
     text = capsys.readouterr().out
     assert "round cap reached" in text
@@ -73,7 +84,7 @@ def test_fit_round_cap_prints_final_residuals(files, tmp_path, capsys):
 
 def test_fit_converged_prints_no_residuals(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
-    assert _fit(files, out, "--n-components", "2", "--tol", "0.5", "--quiet") == 0
+    assert _fit(files, out, "--n-components", "2", "--tol", "0.5") == 0
     text = capsys.readouterr().out
     assert "stop reason: lagrangian_stationary" in text and "residual" not in text
 
@@ -96,7 +107,7 @@ def test_fit_methods(files, tmp_path, method, cls):
 
 def test_fit_clean_protocol_drops_attacks(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
-    base = ["--quiet", "--n-components", "2"]
+    base = ["--n-components", "2"]
     assert _fit(files, out, *base, "--protocol", "clean") == 0
     assert "150 training rows" in capsys.readouterr().out
     assert _fit(files, out, *base, "--protocol", "contaminated") == 0
@@ -195,7 +206,7 @@ def test_progress_bar_on_tty_and_plain_lines():
 
 def test_fit_prints_the_automatic_rank_and_its_reason(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
-    assert _fit(files, out, "--method", "pca", "--quiet") == 0  # --n-components not given
+    assert _fit(files, out, "--method", "pca") == 0  # --n-components not given
     text = capsys.readouterr().out
     det = fedep.load(out)
     assert det.n_components == "auto"
@@ -204,14 +215,14 @@ def test_fit_prints_the_automatic_rank_and_its_reason(files, tmp_path, capsys):
     line = next(ln for ln in text.splitlines() if ln.startswith("rank "))
     assert line == f"rank {r} ({det.rank_reason_})"
     assert f"r={r}: " in line and "Gavish-Donoho" in line and "merged covariance" in line
-    assert _fit(files, out, "--method", "pca", "--n-components", "2", "--quiet") == 0
+    assert _fit(files, out, "--method", "pca", "--n-components", "2") == 0
     assert "rank 2 (r=2: n_components=2 given)" in capsys.readouterr().out
 
 
 def test_fit_reports_record_trimming_and_the_estimated_contamination(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
     extra = ["--n-components", "2", "--trim-steps", "2", "--trim-share", "0.1"]
-    assert _fit(files, out, *extra, "--contamination", "auto", "--quiet") == 0
+    assert _fit(files, out, *extra, "--contamination", "auto") == 0
     text = capsys.readouterr().out
     n = int(re.search(r"(\d+) training rows", text).group(1))
     line = next(ln for ln in text.splitlines() if ln.startswith("record trimming:"))
@@ -225,7 +236,7 @@ def test_fit_reports_record_trimming_and_the_estimated_contamination(files, tmp_
 
 def test_fit_without_trimming_prints_no_trimming_line(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
-    assert _fit(files, out, "--n-components", "2", "--quiet") == 0
+    assert _fit(files, out, "--n-components", "2") == 0
     text = capsys.readouterr().out
     assert "record trimming" not in text and "contamination:" not in text
 

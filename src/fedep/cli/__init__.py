@@ -38,16 +38,18 @@ with status 130 and leave no partial output file.
 Imports are at module level. An import inside a function body is there only where
 start-up time needs it, with a comment saying so, never to hide an import circle. Here:
 ``import fedep.cli`` (this module and :mod:`~fedep.cli._common`) loads the standard
-library only, the command modules (pandas, scikit-learn, numba) when the parser is
-built; :mod:`fedep.evaluation` loads for ``evaluate`` and ``reproduce`` only. Building
-the parser imports every command module, and ``fit``'s options are generated from the
-estimators: even ``fedep --version`` loads scikit-learn.
+library only. :func:`main` builds the options of the command it runs only (its module
+imports pandas, scikit-learn, numba; ``fit``'s options are generated from the
+estimators); the other commands are names with their one-line help
+(:data:`~fedep.cli._common.COMMANDS`), so ``fedep --version`` and ``fedep --help``
+load no library. :mod:`fedep.evaluation` loads for ``evaluate`` and ``reproduce`` only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -56,26 +58,51 @@ import warnings
 
 from fedep import __version__
 from fedep._errors import one_line
-from fedep.cli._common import PROG, UsageError, err, show_warning
+from fedep.cli._common import COMMANDS, PROG, HelpFormatter, UsageError, err, show_warning
 
 __all__ = ["main", "build_parser", "UsageError"]
 
+_EPILOG = """\
+Run `fedep COMMAND --help` for a command's options. Errors are one line
+`fedep: error: ...` (exit status 1; 2 for command-line syntax; 130 when interrupted)."""
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of the ``fedep`` command."""
-    # start-up time: `import fedep.cli` stays light; the command modules load the library
-    from fedep.cli import data, evaluate, federate, fit, reproduce, score
 
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The argparse parser of the ``fedep`` command.
+
+    Parameters
+    ----------
+    commands : iterable of str, optional
+        The commands whose options are built (their modules imported); the others
+        are their names and one-line help only. Default: every command.
+    """
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Personalised robust federated PCA (FedEP) for IoT anomaly detection.",
+        epilog=_EPILOG,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
-    for module in (fit, score, evaluate, federate, reproduce, data):
-        module.register(sub)
+    wanted = set(COMMANDS) if commands is None else set(commands)
+    for name, (module, help_) in COMMANDS.items():
+        if name in wanted:
+            # start-up time: a command's module (and the library) loads when it is used
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command that ``argv`` names (its first word not an option), if any."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def _raise_interrupt(signum, frame):
@@ -103,15 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     argv : list of str, optional
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
-    # start-up time: `import fedep.cli` stays light (importing fedep.data loads pandas)
-    from fedep.data import DataError, DatasetNotFoundError
-    from fedep.modelfile import ModelFileError
-
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
+    parser = build_parser(() if command is None else (command,))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, syntax errors (argparse printed them)
         return int(exc.code) if isinstance(exc.code, int) else 1
+    # start-up time: `import fedep.cli` stays light (importing fedep.data loads pandas)
+    from fedep.data import DataError, DatasetNotFoundError
+    from fedep.modelfile import ModelFileError
+
     try:
         with _sigterm_interrupts(), warnings.catch_warnings():
             # Library warnings are useful, but one line each, without source lines.

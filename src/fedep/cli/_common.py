@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +19,76 @@ from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET, PARTITIONS
 from fedep._names import DATASETS as DATASET_NAMES
 
 PROG = "fedep"
+
+#: Every command: its module (imported only when the command runs or its help is
+#: asked for: start-up time) and its one-line help, shown by ``fedep --help``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fit": ("fedep.cli.fit", "train a detector on flow records and save it"),
+    "score": ("fedep.cli.score", "score every row of a flow-record file"),
+    "evaluate": ("fedep.cli.evaluate", "detection metrics of a model on labelled test data"),
+    "federate": (
+        "fedep.cli.federate",
+        "run the federation over Flower on this machine (one process per gateway)",
+    ),
+    "reproduce": ("fedep.cli.reproduce", "rerun the paper's experiments"),
+    "data": ("fedep.cli.data", "check the dataset files; summarise a partition"),
+}
+
+#: ``--method``'s values in words (``fit``, ``federate``).
+METHOD_HELP: dict[str, str] = {
+    "fedep": "personalised robust federated PCA (FedEP, the paper's method)",
+    "fedpg": "FedPG baseline: federated PCA on the Grassmann manifold",
+    "case1": "FedEP ablation: no S, beta=0",
+    "case2": "FedEP ablation: S, beta=0",
+    "case3": "FedEP ablation: beta, no S",
+    "pca": "centralised PCA on the pooled records (upper bound; moves the records)",
+    "local-pca": "each client's own PCA, nothing shared",
+    "oneshot": "one-shot federated PCA: the clients' SVDs merged once",
+}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help at column 26, at most 100 columns wide (the terminal's width if less);
+    descriptions and epilogs keep their line breaks (lists of methods, examples)."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=26, width=None):
+        if width is None:
+            width = min(shutil.get_terminal_size().columns, 100) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _format_action_invocation(self, action):
+        if isinstance(action, argparse.BooleanOptionalAction):  # --[no-]x, not --x, --no-x
+            return action.option_strings[0].replace("--", "--[no-]", 1)
+        return super()._format_action_invocation(action)
+
+    def _format_args(self, action, default_metavar):
+        if action.nargs == argparse.ONE_OR_MORE:  # PATH ..., not PATH [PATH ...]
+            return f"{self._metavar_formatter(action, default_metavar)(1)[0]} ..."
+        return super()._format_args(action, default_metavar)
+
+
+def command_parser(sub, name: str, **kwargs) -> argparse.ArgumentParser:
+    """The parser of command ``name`` (its help from :data:`COMMANDS`)."""
+    kwargs.setdefault("help", COMMANDS[name][1])
+    return sub.add_parser(name, formatter_class=HelpFormatter, **kwargs)
+
+
+def methods_text(methods) -> str:
+    """What every ``--method`` is, one per line (for a command's description)."""
+    width = max(len(m) for m in methods) + 2
+    lines = [f"  {m:<{width}}{METHOD_HELP.get(m, m)}" for m in methods]
+    return "methods (--method):\n" + "\n".join(lines)
+
+
+def add_method_option(p, methods) -> None:
+    """``--method`` (its values are listed by :func:`methods_text`)."""
+    p.add_argument(
+        "--method",
+        choices=list(methods),
+        default="fedep",
+        metavar="NAME",
+        help="the detector: one of the methods above (default: fedep)",
+    )
 
 
 #: Seed of the client partition when ``--random-state`` is not given.
@@ -94,13 +165,14 @@ def add_read_options(p: argparse.ArgumentParser) -> None:
     # start-up time: see the module docstring
     from fedep.data.readers import FORMATS, INFINITY_POLICIES
 
-    g = p.add_argument_group("input files (CSV/TSV, Zeek TSV/JSON logs, Parquet, Feather, JSON)")
+    g = p.add_argument_group("file format (CSV/TSV, Zeek logs, Parquet, Feather, JSON)")
     g.add_argument(
         "--format",
         choices=("auto", *FORMATS),
         default="auto",
-        help="file format (default: auto, detected from the content and the name; "
-        "gzip/bzip2/xz/zstd compression is always recognised)",
+        metavar="FMT",
+        help=f"{', '.join(FORMATS)} (default: auto, from the content and the name; "
+        "gzip/bzip2/xz/zstd are always recognised)",
     )
     g.add_argument(
         "--delimiter",
@@ -111,8 +183,8 @@ def add_read_options(p: argparse.ArgumentParser) -> None:
         "--infinity",
         choices=INFINITY_POLICIES,
         default="nan",
-        help="infinite values in float columns: nan (missing, the default), clip (to the "
-        "column's finite range in the file) or error",
+        help="infinite values: nan (missing), clip (to the column's finite range) or error "
+        "(default: nan)",
     )
 
 
@@ -134,7 +206,8 @@ def read_kwargs(args) -> dict:
 def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
     """``--dataset NAME | --train PATH [PATH ...] / --test PATH``, the read options and
     the table's column options."""
-    src = p.add_mutually_exclusive_group(required=True)
+    g = p.add_argument_group("data")
+    src = g.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--dataset",
         type=dataset_name,
@@ -154,62 +227,108 @@ def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
             dest="table",
             nargs="+",
             metavar="PATH",
-            help="your own flow records: one file per gateway (gateway id = file name "
-            "without suffixes), a directory of such files, or one file with "
-            "--client-column; any supported format",
+            help="your own flow records: one file per gateway (its name is the gateway "
+            "id), a directory of them, or one file with --client-column",
         )
-    add_read_options(p)
-    p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
-    p.add_argument(
+    g.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
+    )
+    g.add_argument(
         "--feature-set",
         choices=DATASET_FEATURE_SETS,
         default=DEFAULT_FEATURE_SET,
-        help="features of an official dataset: generic = its raw table as your own file "
-        "(the automatic feature pipeline, stored in the model), rich / paper = the "
-        "hand-written specifications (default: generic)",
+        metavar="SET",
+        help="features of --dataset: generic = its raw table, as your own files; rich, "
+        f"paper = hand-written features (default: {DEFAULT_FEATURE_SET})",
     )
-    p.add_argument("--label-column", help="label column of the table")
-    p.add_argument(
+    g.add_argument("--label-column", metavar="COL", help="label column of your table")
+    g.add_argument(
         "--normal-label",
-        help="label value of normal rows (default: labels must be 0 = normal / 1 = attack)",
+        metavar="VALUE",
+        help="label of normal rows (default: labels are 0 = normal, 1 = attack)",
     )
+    add_read_options(p)
 
 
 def add_clients(p: argparse.ArgumentParser, *, random_state: bool) -> None:
     """Client options. ``random_state``: add ``--random-state`` (commands without
     estimator options; ``fit`` gets it from the estimator parameters)."""
-    p.add_argument("--client-column", help="column holding each row's client (gateway) id")
-    p.add_argument(
+    g = p.add_argument_group("clients (gateways)")
+    g.add_argument("--client-column", metavar="COL", help="column of each row's client id")
+    g.add_argument(
         "--clients",
         type=positive_int,
         metavar="D",
-        help="number of clients (default for --dataset: 10)",
+        help="split the rows among D clients (default for --dataset: 10)",
     )
-    p.add_argument(
+    g.add_argument(
         "--partition",
         choices=PARTITIONS,
-        help="how rows are split among --clients (default: sorted for --dataset, iid for --train)",
+        metavar="HOW",
+        help=f"how --clients split the rows: {', '.join(PARTITIONS)} (default: sorted for "
+        "--dataset, iid for --train)",
     )
-    p.add_argument(
+    g.add_argument(
         "--partition-key",
         default="dst_bytes",
-        help="column sorted on by --partition sorted (default: dst_bytes)",
+        metavar="COL",
+        help="column that --partition sorted sorts on (default: dst_bytes)",
     )
-    p.add_argument(
+    g.add_argument(
         "--dirichlet-concentration",
         type=finite_float,
         default=0.5,
         metavar="C",
-        help="Dirichlet concentration of --partition dirichlet (default: 0.5)",
+        help="concentration of --partition dirichlet (default: 0.5)",
     )
     if random_state:
-        p.add_argument(
+        g.add_argument(
             "--random-state",
             type=int,
             default=DEFAULT_PARTITION_SEED,
             metavar="INT",
             help=f"seed of the partition (default: {DEFAULT_PARTITION_SEED})",
         )
+
+
+FEATURES_GROUP = "features (--include ... configure the pipeline of --features auto)"
+
+#: The estimator options' groups, in the order ``--help`` shows them.
+PARAM_GROUPS = (
+    "model and threshold (every method)",
+    FEATURES_GROUP,
+    "federation rounds (fedep, fedpg, case1..case3)",
+    "FedEP (fedep, case1..case3)",
+    "baselines: FedPG (fedpg), one-shot (oneshot)",
+)
+
+
+def param_group(spec) -> str:
+    """The ``--help`` group of an estimator parameter (a :class:`fedep.params.ParamSpec`)."""
+    used = set(spec.estimators)
+    if spec.name in ("features", "standardize"):
+        return FEATURES_GROUP
+    if used == {"FedEP"}:
+        return PARAM_GROUPS[3]
+    if used in ({"FedPG"}, {"OneShotPCA"}):
+        return PARAM_GROUPS[4]
+    if used <= {"FedEP", "FedPG"}:
+        return PARAM_GROUPS[2]
+    return PARAM_GROUPS[0]
+
+
+def add_estimator_options(p: argparse.ArgumentParser, pipeline: dict, detectors: dict) -> None:
+    """The options of the feature pipeline's and the detectors' parameter tables
+    (:func:`fedep.params.add_param_options`), in the groups of :func:`param_group`."""
+    # start-up time: see the module docstring (fedep.params imports scikit-learn)
+    from fedep.params import add_param_options
+
+    for title in PARAM_GROUPS:  # made in this order; empty groups are not shown
+        p.add_argument_group(title)
+    add_param_options(p, detectors, group_of=param_group)
+    add_param_options(p, pipeline, group_of=lambda spec: FEATURES_GROUP)
 
 
 # ---------------------------------------------------------------------- files, models
@@ -250,13 +369,12 @@ def check_output_file(path, option: str, keep: dict[str, object] | None = None) 
 
 def add_model_options(p) -> None:
     """``--model`` and the options that authenticate it (shared by score and evaluate)."""
-    p.add_argument("--model", required=True, help="model file from `fedep fit`")
+    p.add_argument("--model", required=True, metavar="MODEL", help="model file from fedep fit")
     p.add_argument(
         "--verify-key",
         metavar="KEY",
-        help="verify the model's signature: an Ed25519 public key PEM file, or a shared "
-        "secret as hmac:SECRET or @FILE (the file's bytes); an unsigned or altered model "
-        "is refused",
+        help="refuse an unsigned or altered model: an Ed25519 public key PEM file, or a "
+        "shared secret as hmac:SECRET or @FILE",
     )
 
 

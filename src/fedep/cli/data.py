@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedep.cli._common import UsageError, add_clients, add_data_source
+from fedep.cli._common import (
+    HelpFormatter,
+    UsageError,
+    add_clients,
+    add_data_source,
+    command_parser,
+)
 from fedep.cli.training import load_training, numeric_columns
 from fedep.data import (
     format_partition_summary,
@@ -19,16 +25,23 @@ from fedep.features import FeaturePipeline
 
 
 def register(sub) -> None:
-    p = sub.add_parser("data", help="dataset files and partitions")
+    p = command_parser(sub, "data")
     dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     dsub.required = True
-    q = dsub.add_parser("verify", help="check the official dataset files (SHA-256)")
-    q.add_argument("--data-dir", help="directory of the official datasets")
+    q = dsub.add_parser(
+        "verify", help="check the official dataset files (SHA-256)", formatter_class=HelpFormatter
+    )
+    q.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
+    )
     q.set_defaults(func=cmd_data_verify)
     q = dsub.add_parser(
         "summary",
         help="per-client summary of a partition",
         description="Rows, attack share and feature shift of every client.",
+        formatter_class=HelpFormatter,
     )
     add_data_source(q)
     add_clients(q, random_state=True)

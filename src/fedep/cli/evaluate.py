@@ -17,6 +17,7 @@ from fedep.cli._common import (
     add_model_options,
     check_columns,
     check_dataset,
+    command_parser,
     load_model,
     model_features,
     read_kwargs,
@@ -29,9 +30,9 @@ from fedep.data.readers import read_table
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "evaluate",
-        help="detection metrics of a model on labelled test data",
         description="Acc, Pre, Rec, FNR, FPR, F1, ROC AUC, PR AUC and per-attack-class "
         "recall at the model's threshold (learnt from training data).",
     )
@@ -45,7 +46,7 @@ def register(sub) -> None:
     p.add_argument(
         "--client-column",
         help="client id column of --test: rows of a known client are scored with its "
-        "personalised basis and flagged at its own threshold (as `fedep score`)",
+        "personalised basis and flagged at its own threshold (as fedep score)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_evaluate)

@@ -45,11 +45,15 @@ from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
 from fedep._names import DATASETS as DATASET_NAMES
 from fedep.cli._common import (
     UsageError,
+    add_estimator_options,
+    add_method_option,
     add_read_options,
     check_dataset,
+    command_parser,
     dataset_name,
     err,
     finite_float,
+    methods_text,
     positive_int,
 )
 from fedep.core.trimming import describe_trimming
@@ -67,7 +71,6 @@ from fedep.flower.deployment import (
     stale_results,
 )
 from fedep.params import (
-    add_param_options,
     make_pipeline,
     option_name,
     param_table,
@@ -94,108 +97,113 @@ def federated_param_table() -> dict:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    methods = list(federated_methods())
+    p = command_parser(
+        sub,
         "federate",
-        help="run the federation over Flower on this machine (one process per gateway)",
+        usage="fedep federate (--dataset NAME --gateways N | --train PATH ...) [options]",
         description="Start a Flower SuperLink and one SuperNode per gateway on 127.0.0.1, "
-        "run the federation, write each gateway's model and stop every process.",
-        epilog="Exit status: 0 when every gateway took part to the end; 1 for a bad value "
-        "or a failed run or gateway; 130 when interrupted (every process is stopped).",
-    )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--dataset",
-        type=dataset_name,
-        metavar="NAME",
-        help=f"official dataset ({', '.join(DATASET_NAMES)}), its normal training rows "
-        "split among --gateways",
-    )
-    src.add_argument(
-        "--train",
-        nargs="+",
-        metavar="PATH",
-        help="your own flow records: one file per gateway, or a directory of such files "
-        "(gateway i reads the i-th file); any format `fedep fit` reads",
-    )
-    p.add_argument(
-        "--gateways",
-        type=positive_int,
-        metavar="N",
-        help="number of gateways (SuperNodes); needed with --dataset, with --train the "
-        "number of files",
-    )
-    p.add_argument(
-        "--max-rows",
-        type=positive_int,
-        metavar="N",
-        help="with --dataset: a random subsample of N normal training rows (at least one "
-        "per gateway)",
-    )
-    p.add_argument(
-        "--feature-set",
-        choices=DATASET_FEATURE_SETS,
-        default=DEFAULT_FEATURE_SET,
-        help="features of --dataset: generic = its raw table through the feature pipeline "
-        "(as your own files), rich / paper = the hand-written specifications "
-        "(default: generic)",
-    )
-    p.add_argument("--data-dir", help="directory of the official datasets (or FEDEP_DATA_DIR)")
-    add_read_options(p)
-    p.add_argument("--label-column", help="label column of the --train files (never a feature)")
-    p.add_argument(
-        "--normal-label",
-        help="label value of normal rows; the gateways train on them only (default: labels "
-        "must be 0 = normal / 1 = attack)",
-    )
-    p.add_argument(
-        "--method", choices=list(federated_methods()), default="fedep", help="default: fedep"
-    )
-    p.add_argument(
-        "--min-clients",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="fewest gateways a round needs (default: 1)",
-    )
-    p.add_argument(
-        "--round-timeout",
-        type=finite_float,
-        default=120.0,
-        metavar="SECONDS",
-        help="how long the server waits for each message's replies (default: 120)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=finite_float,
-        default=3600.0,
-        metavar="SECONDS",
-        help="how long the whole run may take (default: 3600)",
-    )
-    p.add_argument(
-        "--poll-interval",
-        type=finite_float,
-        default=0.2,
-        metavar="SECONDS",
-        help="longest idle wait of a SuperNode between two pulls from the SuperLink "
-        "(default: 0.2; 0 keeps Flower's own, 3 s)",
+        "run the federation,\nwrite each gateway's model and stop every process.\n\n"
+        + methods_text(methods),
+        epilog="example:\n  fedep federate --dataset nsl-kdd --gateways 3 --max-rows 3000 "
+        "--out runs/flower\nExit status: 0 when every gateway took part to the end; 1 for a "
+        "bad value or a failed\nrun or gateway; 130 when interrupted (every process is "
+        "stopped).",
     )
     p.add_argument(
         "--out",
         metavar="DIR",
         help="output folder: gateway models, logs, result.json (default: a new temporary folder)",
     )
-    p.add_argument(
+    add_method_option(p, methods)
+    g = p.add_argument_group("data")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--dataset",
+        type=dataset_name,
+        metavar="NAME",
+        help=f"official dataset ({', '.join(DATASET_NAMES)}): its normal training rows "
+        "split among --gateways",
+    )
+    src.add_argument(
+        "--train",
+        nargs="+",
+        metavar="PATH",
+        help="your own flow records: one file per gateway, or a directory of them",
+    )
+    g.add_argument(
+        "--gateways",
+        type=positive_int,
+        metavar="N",
+        help="number of gateways (needed with --dataset; with --train: one per file)",
+    )
+    g.add_argument(
+        "--max-rows",
+        type=positive_int,
+        metavar="N",
+        help="with --dataset: a random sample of N normal training rows",
+    )
+    g.add_argument(
+        "--feature-set",
+        choices=DATASET_FEATURE_SETS,
+        default=DEFAULT_FEATURE_SET,
+        metavar="SET",
+        help="features of --dataset: generic = its raw table, as your own files; rich, "
+        f"paper = hand-written features (default: {DEFAULT_FEATURE_SET})",
+    )
+    g.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
+    )
+    g.add_argument("--label-column", metavar="COL", help="label column of the --train files")
+    g.add_argument(
+        "--normal-label",
+        metavar="VALUE",
+        help="label of normal rows, the only ones trained on (default: labels are 0 = "
+        "normal, 1 = attack)",
+    )
+    add_read_options(p)
+    f = p.add_argument_group("Flower")
+    f.add_argument(
+        "--min-clients",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="fewest gateways a round needs (default: 1)",
+    )
+    f.add_argument(
+        "--round-timeout",
+        type=finite_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long the server waits for replies (default: 120)",
+    )
+    f.add_argument(
+        "--timeout",
+        type=finite_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="how long the whole run may take (default: 3600)",
+    )
+    f.add_argument(
+        "--poll-interval",
+        type=finite_float,
+        default=0.2,
+        metavar="SECONDS",
+        help="longest wait of a SuperNode between two pulls (default: 0.2; 0: Flower's 3)",
+    )
+    f.add_argument(
         "--overwrite",
         action="store_true",
         help="remove an earlier run's result.json and gateway-*.fedep from --out",
     )
-    p.add_argument(
+    f.add_argument(
         "--allow-failures",
         action="store_true",
-        help="exit 0 even when some gateways failed (they are listed in result.json)",
+        help="exit 0 even when some gateways failed (listed in result.json)",
     )
-    add_param_options(p, pipeline_table(), "feature pipeline (gateways with raw tables)")
-    add_param_options(p, federated_param_table())
+    add_estimator_options(p, pipeline_table(), federated_param_table())
     p.set_defaults(func=cmd_federate)
 
 

@@ -41,9 +41,13 @@ from fedep.cli._common import (
     DEFAULT_PARTITION_SEED,
     add_clients,
     add_data_source,
+    add_estimator_options,
+    add_method_option,
     bad_value_error,
     check_output_file,
+    command_parser,
     info,
+    methods_text,
 )
 from fedep.cli.training import load_training, numeric_columns
 from fedep.core.trimming import describe_trimming
@@ -52,7 +56,6 @@ from fedep.features import FeatureError, format_decisions
 from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
-    add_param_options,
     make_pipeline,
     option_name,
     params_from_args,
@@ -64,31 +67,37 @@ PROTOCOLS = ("clean", "contaminated")
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "fit",
-        help="train a detector and save it",
-        description="Train a detector on an official dataset or your own table.",
-        epilog="--random-state also seeds the iid / dirichlet partition (0 when not given).",
+        usage="fedep fit (--dataset NAME | --train PATH ...) --out MODEL [options]",
+        description="Train a detector on an official dataset or on your own flow records "
+        "(one file per\ngateway) and save it as a model file for fedep score / evaluate.\n\n"
+        + methods_text(METHODS),
+        epilog="example:\n  fedep fit --train gw1.csv gw2.csv gw3.csv --out model.fedep\n"
+        "--random-state also seeds the iid / dirichlet partition (0 when not given).",
     )
-    add_data_source(p)
-    add_clients(p, random_state=False)
+    p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
+    add_method_option(p, METHODS)
     p.add_argument(
         "--protocol",
         choices=PROTOCOLS,
-        help="clean: train on normal rows only (needs labels); contaminated: on all rows "
-        "(default: clean with labels, contaminated without)",
+        metavar="P",
+        help="clean: normal rows only (needs labels); contaminated: all rows "
+        "(default: clean with labels)",
     )
-    p.add_argument("--method", choices=METHODS, default="fedep", help="default: fedep")
-    p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
     p.add_argument(
         "--sign-key",
         metavar="KEY",
-        help="sign the model file: an Ed25519 private key PEM file, or a shared secret as "
-        "hmac:SECRET or @FILE (`fedep score --verify-key` then refuses altered files)",
+        help="sign the model: an Ed25519 private key PEM file, or a shared secret as "
+        "hmac:SECRET or @FILE",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    add_param_options(p, pipeline_table(), "feature pipeline (with --features auto, the default)")
-    add_param_options(p, detector_param_table())
+    p.add_argument(
+        "--quiet", action="store_true", help="print only the model file's path (no progress)"
+    )
+    add_data_source(p)
+    add_clients(p, random_state=False)
+    add_estimator_options(p, pipeline_table(), detector_param_table())
     p.set_defaults(func=cmd_fit)
 
 
@@ -186,8 +195,11 @@ def cmd_fit(args) -> int:
             det.set_params(callback=None)
     t_fit = time.perf_counter() - t1
     fedep.save(det, out, sign_key=key)
+    if args.quiet:  # the one line: the model file, e.g. for MODEL=$(fedep fit ... --quiet)
+        print(out)
+        return 0
     pipe = getattr(det, "features_", None)
-    if pipe is not None and not args.quiet:
+    if pipe is not None:
         n_out = len(det.feature_names_out_)
         print(f"feature pipeline: {n_cols} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))

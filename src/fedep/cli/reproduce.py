@@ -4,20 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedep.cli._common import check_dataset, dataset_name
+from fedep._names import DATASETS as DATASET_NAMES
+from fedep.cli._common import check_dataset, command_parser, dataset_name
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "reproduce",
-        help="rerun the paper's experiments",
-        description="Rerun the paper's experiments and write tables and figures to DIR.",
+        description="Rerun the paper's experiments and write their tables and figures to DIR.",
+        epilog="example:\n  fedep reproduce --out results --quick --datasets nsl-kdd --seeds 0",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    p.add_argument("--quick", action="store_true", help="small, fast configuration")
-    p.add_argument("--data-dir", help="directory of the official datasets")
-    p.add_argument("--datasets", nargs="+", type=dataset_name, metavar="NAME")
-    p.add_argument("--seeds", nargs="+", type=int, metavar="SEED")
+    p.add_argument("--quick", action="store_true", help="a small, fast configuration")
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
+    )
+    p.add_argument(
+        "--datasets",
+        nargs="+",
+        type=dataset_name,
+        metavar="NAME",
+        help=f"the datasets to run: {', '.join(DATASET_NAMES)} (default: all)",
+    )
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        metavar="SEED",
+        help="random seeds, one run each (default: 0 1 2 3 4; 0 with --quick)",
+    )
     p.set_defaults(func=cmd_reproduce)
 
 

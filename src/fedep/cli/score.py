@@ -37,6 +37,7 @@ from fedep.cli._common import (
     bad_value_error,
     check_columns,
     check_output_file,
+    command_parser,
     info,
     load_model,
     model_features,
@@ -63,9 +64,9 @@ from fedep.features import FeatureError
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "score",
-        help="score the rows of a flow-record file",
         description="Append anomaly_score, is_anomaly, anomaly_probability and top_features "
         "to every row of a "
         "flow-record file (any supported format), streaming it in chunks; the output is CSV.",

@@ -80,6 +80,28 @@ _FEDERATION_CONSTRAINTS: dict = {
     "callback": [callable, None],
 }
 
+# One plain sentence per parameter, declared next to its constraint: the command
+# line's help (fedep.params). The numpydoc entry of each class is the long form.
+_COMMON_SUMMARIES: dict = {
+    "n_components": "rank of the normal-traffic subspace; auto: from the spectrum",
+    "features": "auto: the feature pipeline; numeric: numeric columns as they are",
+    "standardize": "z-score the features (statistics merged from the clients)",
+    "contamination": "share of anomalies in training: sets the threshold (auto: estimated)",
+    "trim_steps": "refits without the most anomalous records (0: none)",
+    "trim_share": "share trimmed at each refit (none: the contamination)",
+    "trim_start": "trim from all records, or the half nearest the median",
+    "random_state": "seed of the initial basis and client sampling",
+}
+_FEDERATION_SUMMARIES: dict = {
+    "n_rounds": "most communication rounds",
+    "tol": "stop when the objective's relative change per round is below",
+    "client_fraction": "share of the clients in each round",
+    "init": "start basis: oneshot = merged client SVDs, or random",
+    "penalty_scaling": "relative: penalties scaled to each client; paper: literal",
+    "consensus_weights": "clients' weights: auto, curvature, samples or uniform",
+    "aggregation": "server step: mean; median or trimmed resist bad gateways",
+}
+
 
 def _id_kind(g) -> str:
     if isinstance(g, str | bytes):
@@ -118,6 +140,7 @@ class BaseFederatedDetector(BaseEstimator):
     """
 
     _parameter_constraints: dict = dict(_COMMON_CONSTRAINTS)
+    _parameter_summaries: dict = dict(_COMMON_SUMMARIES)
 
     #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
     persisted_scalars: tuple[str, ...] = (

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
-from fedep.detectors.base import _COMMON_CONSTRAINTS, _POSITIVE_INT, BaseFederatedDetector
+from fedep.detectors.base import (
+    _COMMON_CONSTRAINTS,
+    _COMMON_SUMMARIES,
+    _POSITIVE_INT,
+    BaseFederatedDetector,
+)
 
 
 class _ClosedForm(BaseFederatedDetector):
@@ -114,6 +119,10 @@ class OneShotPCA(BaseFederatedDetector):
         self.random_state = random_state
 
     _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}
+    _parameter_summaries: dict = {
+        **_COMMON_SUMMARIES,
+        "sketch_rank": "rank of each client's sketch (none: 2 x the rank)",
+    }
 
     def _check_param_combinations(self) -> None:
         """``sketch_rank >= n_components`` (called by :func:`fedep.params.validate_params`)."""

@@ -17,7 +17,9 @@ from fedep.core.fedpg import MANIFOLDS, FedPGSettings
 from fedep.core.stiefel import polar, random_stiefel
 from fedep.detectors.base import (
     _COMMON_CONSTRAINTS,
+    _COMMON_SUMMARIES,
     _FEDERATION_CONSTRAINTS,
+    _FEDERATION_SUMMARIES,
     _POSITIVE_INT,
     BaseFederatedDetector,
 )
@@ -300,6 +302,17 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         "inner_max_iter": _POSITIVE_INT,
         "remerge": ["boolean"],
     }
+    _parameter_summaries: dict = {
+        **_COMMON_SUMMARIES,
+        **_FEDERATION_SUMMARIES,
+        "alpha": "weight of the sparse corruption S (|residual| > alpha/2 goes to S)",
+        "beta": "weight of the row-sparsity penalty on the client bases",
+        "mu": "ADMM penalty of the data constraint X - S - U = 0",
+        "nu": "ADMM penalty pulling the client bases to the consensus",
+        "sparse_corruption": "model sparse corruption S (off: S = 0)",
+        "inner_max_iter": "manifold proximal-gradient steps per round (T_max)",
+        "remerge": "restart from re-merged cleaned sketches in the first rounds",
+    }
 
     def __init__(
         self,
@@ -449,6 +462,14 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         "consensus_weights": [StrOptions(set(CONSENSUS_WEIGHTS))],
         "manifold": [StrOptions(set(MANIFOLDS))],
         "aggregation": [StrOptions(set(AGGREGATIONS))],
+    }
+    _parameter_summaries: dict = {
+        **_COMMON_SUMMARIES,
+        **_FEDERATION_SUMMARIES,
+        "lr": "local Riemannian step (none: from each client's data)",
+        "rho": "ADMM penalty pulling the client bases to the consensus",
+        "local_epochs": "local gradient steps per round",
+        "manifold": "local gradient: stiefel, or the authors' grassmann",
     }
 
     def __init__(

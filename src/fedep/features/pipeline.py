@@ -304,6 +304,19 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         "sketch_size": [Interval(numbers.Integral, 4, None, closed="left")],
         "numeric_transform": [StrOptions(set(NUMERIC_TRANSFORMS))],
     }
+    # One plain sentence per parameter (the command line's help); the docstring above
+    # is the long form.
+    _parameter_summaries: dict = {
+        "include": "keep these columns even if a rule would drop them",
+        "exclude": "never use these columns",
+        "categorical": "one-hot encode these columns",
+        "numeric": "treat these columns as numbers",
+        "max_categories": "one-hot vocabulary size per column",
+        "scale_rule": "after centring: floor (sd, floored), sd, shrink or none",
+        "scale_floor": "the floor (share of the typical sd) or shrink weight",
+        "sketch_size": "quantile-sketch bins per decade",
+        "numeric_transform": "numbers become log (log1p if heavy-tailed) or quantile",
+    }
 
     def __init__(
         self,
