@@ -13,7 +13,12 @@ import numpy as np
 from fedep.evaluation.metrics import format_metrics_table
 from fedep.evaluation.reproduce.config import PAPER_NUMBERS
 from fedep.evaluation.reproduce.contaminated import contaminated_section
-from fedep.evaluation.reproduce.figures import COINCIDE_TOL, TOP_FEATURES, coincident_pairs
+from fedep.evaluation.reproduce.figures import (
+    COINCIDE_TOL,
+    TOP_FEATURES,
+    below_diagonal,
+    coincident_pairs,
+)
 from fedep.evaluation.reproduce.format import num, one, pm, short_table, split_lines
 
 __all__ = ["render_report", "write_report", "roc_notes"]
@@ -198,6 +203,12 @@ def roc_notes(roc: dict) -> str:
         if same:
             line += ". Coinciding curves (one hides the other): " + "; ".join(
                 f"{a} and {b} (max |TPR difference| {d:.4f} < {COINCIDE_TOL})" for a, b, d in same
+            )
+        for m, share, auc in below_diagonal(curves):
+            line += (
+                f". {m}'s curve lies BELOW the diagonal on {100 * share:.0f} % of the FPR "
+                f"range (ROC AUC {auc:.3f}): it scores these attacks as more normal than "
+                "the normal records"
             )
         lines.append(line + ".")
     return ("\n".join(lines) + "\n") if lines else ""
@@ -453,11 +464,33 @@ def contributions_section(res: dict, figures: dict) -> list[str]:
     return L
 
 
+def ablation_ties(rows: list[dict]) -> str:
+    """Per dataset, the ablation cases whose honest ROC AUC, accuracy, F1 and FPR are
+    equal to 4 decimals (said, so that equal rows are not read as a copying error)."""
+    keys = ("roc_auc", "acc", "f1", "fpr")
+    out = []
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        groups: dict[tuple, list[str]] = {}
+        for r in rows:
+            if r["dataset"] == name and "note" not in r:
+                k = tuple(round(float(r[c]), 4) for c in keys)
+                groups.setdefault(k, []).append(str(r["case"]))
+        same = [" = ".join(g) for g in groups.values() if len(g) > 1]
+        if same:
+            out.append(
+                f"- {name}: cases {' and '.join(same)} give the same ROC AUC, accuracy, "
+                "F1 and FPR to 4 decimals (the component that differs between them "
+                "changes nothing visible in this run)."
+            )
+    return ("\n" + "\n".join(out) + "\n") if out else ""
+
+
 def ablation_rank_sections(res: dict) -> list[str]:
     cfg = res["config"]
     L = ["\n## Ablation (clean, first seed, honest threshold)\n"]
     L.append("Case I: no S, beta = 0; II: S, beta = 0; III: no S, beta > 0; IV: FedEP.\n\n")
     L.append(short_table(res["ablation"], "case"))
+    L.append(ablation_ties(res["ablation"]))
     L.append("\n## Rank (clean, first seed, honest threshold)\n")
     L.append(
         "Rounds per rank: "
