@@ -407,8 +407,12 @@ def per_class_section(res: dict) -> list[str]:
 def roc_section(res: dict, figures: dict) -> list[str]:
     L = ["\n## ROC curves (clean protocol, first seed, global basis)\n"]
     L.append(
-        "A colour, line style and marker per method; the filled marker on each curve is "
-        "its operating point at the honest threshold.\n"
+        "A colour, line style and marker per method; the false-positive rate on a log "
+        "axis (the operating points lie at FPR of a few %, the left 5 % of a linear "
+        "axis); the large marker on each curve is its operating point at the honest "
+        "threshold, labelled with the method's name; the grey dashed line is the target "
+        "FPR of 5 %. A curve below the dotted chance diagonal is named under its plot "
+        "and below.\n"
     )
     for f in figures["roc"]:
         L.append(f"![{f}](figures/{f})\n")
@@ -424,7 +428,10 @@ def rounds_section(res: dict, figures: dict) -> list[str]:
         "orthonormalised consensus scores validation and test, the honest threshold "
         "re-derived from validation at that round. Accuracy, ROC AUC and each method's "
         "objective have their own axes (the objective on a log scale when it spans a "
-        "decade or more).\n"
+        "decade or more). A quantity whose range is below 1 % of its value is drawn in "
+        'a window of 5 % of its value and marked "flat: range x..y" (accuracy in a '
+        "window of at least 5 points, ROC AUC of at least 0.05), so that a change of a "
+        "fraction of a point is not drawn as a steep decline.\n"
     )
     rows = []
     for name, by_m in res["rounds"].items():
@@ -457,7 +464,9 @@ def contributions_section(res: dict, figures: dict) -> list[str]:
         "Each record's anomaly score (residual energy) is a sum over features of the "
         "squared residual outside the global basis; the bars show the mean of that "
         "per-feature contribution over the TEST ATTACKS (clean protocol, first seed; "
-        f"`feature_contributions`), for the top {TOP_FEATURES} features.\n"
+        f"`feature_contributions`), for the top {TOP_FEATURES} paper features by the "
+        "largest mean contribution of any method, largest first; on a log axis when "
+        "the values span more than 3 decades.\n"
     )
     for f in figures.get("contributions", []):
         L.append(f"![{f}](figures/{f})\n")
