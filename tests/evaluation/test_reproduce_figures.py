@@ -167,7 +167,8 @@ def test_roc_log_fpr_labelled_points_distinct_styles_readable_legend():
         # legend outside the data: below the axes
         assert leg.get_window_extent(r).y1 < ax.get_window_extent(r).y0
         cap = " ".join(t.get_text() for t in ax.texts)
-        assert "LocalPCA lies BELOW the diagonal" in cap.replace("\n", " ")
+        cap = cap.replace("\n", " ")
+        assert "Below the chance diagonal" in cap and "LocalPCA 9" in cap.replace("\u00a0", " ")
     finally:
         plt.close(fig)
 
@@ -175,7 +176,8 @@ def test_roc_log_fpr_labelled_points_distinct_styles_readable_legend():
 def test_below_diagonal_and_roc_notes():
     curves = _crowded_roc()
     assert [m for m, _, _ in below_diagonal(curves)] == ["LocalPCA"]
-    assert "LocalPCA's curve lies BELOW the diagonal" in roc_notes({"toy": curves})
+    notes = roc_notes({"toy": curves})
+    assert "BELOW the chance diagonal" in notes and "< 0.5" in notes
     assert below_diagonal({"FedEP": _curve()}) == []
 
 

@@ -404,20 +404,28 @@ def _plot_roc(ax, curves: dict[str, dict]):
     return same, below, points, lines, leg
 
 
-def _roc_caption(ax, leg, below, width: int) -> None:
-    """Caption under the legend: the operating point, the dashed line, and any curve
+def _roc_caption_text(below, width: int) -> str:
+    """Caption under the legend: the operating point, the dashed line, and the curves
     below the diagonal."""
     text = (
         "Large marker: operating point at the honest threshold (95 % quantile of "
         "validation-normal scores); grey dashed: target FPR 5 %."
     )
-    for m, share, auc in below:
+    if below:
         text += (
-            f"\n{m} lies BELOW the diagonal on {100 * share:.0f} % of the FPR range "
-            f"(AUC {auc:.3f}): it scores these attacks as more normal than the normals."
+            "\nBelow the chance diagonal (share of the FPR range): "
+            + ", ".join(
+                f"{m} {100 * share:.0f} %" + (f" (AUC {auc:.3f} < 0.5)" if auc < 0.5 else "")
+                for m, share, auc in below
+            )
+            + "; there the detector ranks attacks as more normal than normal records."
         )
+    return _wrap(text, width)
+
+
+def _roc_caption(ax, leg, text: str) -> None:
     ax.annotate(
-        _wrap(text, width),
+        text,
         xy=(0.0, 0.0),
         xycoords=("axes fraction", leg),
         xytext=(0, -2),
@@ -431,16 +439,24 @@ def _roc_caption(ax, leg, below, width: int) -> None:
 
 def roc_figure(panels: dict[str, dict], titles: dict[str, str], suptitle: str | None = None):
     """One ROC axes per entry of ``panels`` (title from ``titles``), operating points
-    labelled after the layout is fixed (labels in offset points)."""
+    labelled after the layout is fixed (labels in offset points). The figure is as
+    tall as the legend and caption under the axes need (the axes keep their size)."""
     import matplotlib.pyplot as plt
 
     n = len(panels)
     w = 4.6 if n == 1 else 4.2
-    fig, axes = plt.subplots(1, n, figsize=(w * n, 6.4), squeeze=False)
+    captions = {
+        name: _roc_caption_text(below_diagonal(curves), int(w * 12))
+        for name, curves in panels.items()
+    }
+    n_leg = max(len(c) for c in panels.values()) + 2
+    n_cap = max(c.count("\n") + 1 for c in captions.values())
+    height = 4.4 + 0.19 * n_leg + 0.15 * n_cap + (0.3 if suptitle else 0.0)
+    fig, axes = plt.subplots(1, n, figsize=(w * n, height), squeeze=False)
     todo = []
     for ax, (name, curves) in zip(axes[0], panels.items(), strict=True):
         same, below, points, lines, leg = _plot_roc(ax, curves)
-        _roc_caption(ax, leg, below, width=int(w * 12))
+        _roc_caption(ax, leg, captions[name])
         ax.set_title(_wrap(titles.get(name, name), int(w * 11)), fontsize=9)
         todo.append((ax, points, lines))
     if suptitle:

@@ -196,7 +196,7 @@ def roc_notes(roc: dict) -> str:
             op = c.get("operating_point")
             if op and op.get("fpr") is not None and op.get("tpr") is not None:
                 ops.append(f"{m} FPR {100 * op['fpr']:.1f} % / TPR {100 * op['tpr']:.1f} %")
-        line = f"- {name}: honest operating point (filled marker) " + (
+        line = f"- {name}: honest operating point (large marker) " + (
             "; ".join(ops) if ops else "not recorded"
         )
         same = coincident_pairs(curves)
@@ -204,11 +204,17 @@ def roc_notes(roc: dict) -> str:
             line += ". Coinciding curves (one hides the other): " + "; ".join(
                 f"{a} and {b} (max |TPR difference| {d:.4f} < {COINCIDE_TOL})" for a, b, d in same
             )
-        for m, share, auc in below_diagonal(curves):
+        below = below_diagonal(curves)
+        if below:
             line += (
-                f". {m}'s curve lies BELOW the diagonal on {100 * share:.0f} % of the FPR "
-                f"range (ROC AUC {auc:.3f}): it scores these attacks as more normal than "
-                "the normal records"
+                ". Curves BELOW the chance diagonal (share of the FPR range): "
+                + ", ".join(
+                    f"{m} {100 * share:.0f} %"
+                    + (f" (ROC AUC {auc:.3f} < 0.5)" if auc < 0.5 else "")
+                    for m, share, auc in below
+                )
+                + "; there the detector ranks these attacks as more normal than the "
+                "normal records"
             )
         lines.append(line + ".")
     return ("\n".join(lines) + "\n") if lines else ""
