@@ -13,7 +13,12 @@ import numpy as np
 from fedep.evaluation.metrics import format_metrics_table
 from fedep.evaluation.reproduce.config import PAPER_NUMBERS
 from fedep.evaluation.reproduce.contaminated import contaminated_section
-from fedep.evaluation.reproduce.figures import COINCIDE_TOL, TOP_FEATURES, coincident_pairs
+from fedep.evaluation.reproduce.figures import (
+    COINCIDE_TOL,
+    TOP_FEATURES,
+    below_diagonal,
+    coincident_pairs,
+)
 from fedep.evaluation.reproduce.format import num, one, pm, short_table, split_lines
 
 __all__ = ["render_report", "write_report", "roc_notes"]
@@ -191,13 +196,25 @@ def roc_notes(roc: dict) -> str:
             op = c.get("operating_point")
             if op and op.get("fpr") is not None and op.get("tpr") is not None:
                 ops.append(f"{m} FPR {100 * op['fpr']:.1f} % / TPR {100 * op['tpr']:.1f} %")
-        line = f"- {name}: honest operating point (filled marker) " + (
+        line = f"- {name}: honest operating point (large marker) " + (
             "; ".join(ops) if ops else "not recorded"
         )
         same = coincident_pairs(curves)
         if same:
             line += ". Coinciding curves (one hides the other): " + "; ".join(
                 f"{a} and {b} (max |TPR difference| {d:.4f} < {COINCIDE_TOL})" for a, b, d in same
+            )
+        below = below_diagonal(curves)
+        if below:
+            line += (
+                ". Curves BELOW the chance diagonal (share of the FPR range): "
+                + ", ".join(
+                    f"{m} {100 * share:.0f} %"
+                    + (f" (ROC AUC {auc:.3f} < 0.5)" if auc < 0.5 else "")
+                    for m, share, auc in below
+                )
+                + "; there the detector ranks these attacks as more normal than the "
+                "normal records"
             )
         lines.append(line + ".")
     return ("\n".join(lines) + "\n") if lines else ""
@@ -396,8 +413,12 @@ def per_class_section(res: dict) -> list[str]:
 def roc_section(res: dict, figures: dict) -> list[str]:
     L = ["\n## ROC curves (clean protocol, first seed, global basis)\n"]
     L.append(
-        "A colour, line style and marker per method; the filled marker on each curve is "
-        "its operating point at the honest threshold.\n"
+        "A colour, line style and marker per method; the false-positive rate on a log "
+        "axis (the operating points lie at FPR of a few %, the left 5 % of a linear "
+        "axis); the large marker on each curve is its operating point at the honest "
+        "threshold, labelled with the method's name; the grey dashed line is the target "
+        "FPR of 5 %. A curve below the dotted chance diagonal is named under its plot "
+        "and below.\n"
     )
     for f in figures["roc"]:
         L.append(f"![{f}](figures/{f})\n")
@@ -413,7 +434,10 @@ def rounds_section(res: dict, figures: dict) -> list[str]:
         "orthonormalised consensus scores validation and test, the honest threshold "
         "re-derived from validation at that round. Accuracy, ROC AUC and each method's "
         "objective have their own axes (the objective on a log scale when it spans a "
-        "decade or more).\n"
+        "decade or more). A quantity whose range is below 1 % of its value is drawn in "
+        'a window of 5 % of its value and marked "flat: range x..y" (accuracy in a '
+        "window of at least 5 points, ROC AUC of at least 0.05), so that a change of a "
+        "fraction of a point is not drawn as a steep decline.\n"
     )
     rows = []
     for name, by_m in res["rounds"].items():
@@ -446,11 +470,34 @@ def contributions_section(res: dict, figures: dict) -> list[str]:
         "Each record's anomaly score (residual energy) is a sum over features of the "
         "squared residual outside the global basis; the bars show the mean of that "
         "per-feature contribution over the TEST ATTACKS (clean protocol, first seed; "
-        f"`feature_contributions`), for the top {TOP_FEATURES} features.\n"
+        f"`feature_contributions`), for the top {TOP_FEATURES} paper features by the "
+        "largest mean contribution of any method, largest first; on a log axis when "
+        "the values span more than 3 decades.\n"
     )
     for f in figures.get("contributions", []):
         L.append(f"![{f}](figures/{f})\n")
     return L
+
+
+def ablation_ties(rows: list[dict]) -> str:
+    """Per dataset, the ablation cases whose honest ROC AUC, accuracy, F1 and FPR are
+    equal to 4 decimals (said, so that equal rows are not read as a copying error)."""
+    keys = ("roc_auc", "acc", "f1", "fpr")
+    out = []
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        groups: dict[tuple, list[str]] = {}
+        for r in rows:
+            if r["dataset"] == name and "note" not in r:
+                k = tuple(round(float(r[c]), 4) for c in keys)
+                groups.setdefault(k, []).append(str(r["case"]))
+        same = [" = ".join(g) for g in groups.values() if len(g) > 1]
+        if same:
+            out.append(
+                f"- {name}: cases {' and '.join(same)} give the same ROC AUC, accuracy, "
+                "F1 and FPR to 4 decimals (the component that differs between them "
+                "changes nothing visible in this run)."
+            )
+    return ("\n" + "\n".join(out) + "\n") if out else ""
 
 
 def ablation_rank_sections(res: dict) -> list[str]:
@@ -458,6 +505,7 @@ def ablation_rank_sections(res: dict) -> list[str]:
     L = ["\n## Ablation (clean, first seed, honest threshold)\n"]
     L.append("Case I: no S, beta = 0; II: S, beta = 0; III: no S, beta > 0; IV: FedEP.\n\n")
     L.append(short_table(res["ablation"], "case"))
+    L.append(ablation_ties(res["ablation"]))
     L.append("\n## Rank (clean, first seed, honest threshold)\n")
     L.append(
         "Rounds per rank: "
