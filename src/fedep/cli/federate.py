@@ -53,6 +53,7 @@ from fedep.cli._common import (
     dataset_name,
     err,
     finite_float,
+    info,
     methods_text,
     positive_int,
 )
@@ -363,6 +364,11 @@ def cmd_federate(args) -> int:
     if missing is not None:
         raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
     fed = plan(args)
+    # on stderr, flushed: with stdout redirected a run of minutes is not silent
+    info(
+        f"fedep federate: a SuperLink and {fed.gateways} SuperNodes on this machine; "
+        f"logs in {fed.out} (superlink.log, supernode-*.log; at most --timeout {args.timeout:g} s)"
+    )
     try:
         outcome = run_local_federation(
             fed, poll_interval=args.poll_interval or None, timeout=args.timeout
