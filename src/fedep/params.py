@@ -289,7 +289,7 @@ def _metavar(spec: ParamSpec) -> str:
         if isinstance(c, Interval):
             return "X"
     text = "{" + ",".join(_choices(spec)) + "}"
-    return text if len(text) <= 12 else spec.key.rsplit("-", 1)[-1][0].upper()
+    return text if len(text) <= 16 else spec.key.rsplit("-", 1)[-1][0].upper()
 
 
 def _default_text(spec: ParamSpec) -> str:

@@ -51,7 +51,8 @@ def test_fit_quiet_prints_only_the_model_path(files, tmp_path, capsys):
     # The summary tests above and below leave --quiet out: --quiet is the one line
     # a script reads (MODEL=$(fedep fit ... --quiet)), nothing on stderr.
     out = tmp_path / "m.fedep"
-    assert _fit(files, out, "--n-components", "2", "--n-rounds", "3", "--quiet") == 0
+    extra = ["--client-column", "host", "--n-components", "2", "--n-rounds", "3", "--quiet"]
+    assert _fit(files, out, *extra) == 0
     cap = capsys.readouterr()
     assert cap.out.splitlines() == [str(out)]
     assert cap.err == ""

@@ -39,6 +39,7 @@ def _small(cls, **kw):
         OneShotPCA(n_components=1),
     ]
 )
+@pytest.mark.filterwarnings("ignore:no groups given:UserWarning")  # the checks fit one client
 def test_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
