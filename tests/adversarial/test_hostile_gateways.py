@@ -249,3 +249,24 @@ def test_an_unreadable_reply_is_named_not_a_numpy_message(numeric_gateways):
 
     res = _hostile(numeric_gateways, RUN, 2, on("train", broken))
     assert res.failed["2"].startswith("round 1: invalid reply:")
+
+
+# ------------------------------------------------------------------ the checks alone
+def test_validate_report_and_out_of_scale():
+    from fedep.core.fedep import RoundReport
+    from fedep.federation.server import REQUIRED_METRICS, out_of_scale, validate_report
+
+    rng = np.random.default_rng(0)
+    W = np.stack([np.linalg.qr(rng.normal(size=(6, 2)))[0] for _ in range(4)])
+    metrics = {k: np.ones(4) for k in REQUIRED_METRICS}
+    rep = RoundReport(W=W, Pi=0.1 * rng.normal(size=W.shape), nu=np.ones(4), metrics=metrics)
+    validate_report(rep, 6, 2)
+    reps = [
+        RoundReport(W=W[i : i + 1], Pi=rep.Pi[i : i + 1], nu=np.array([1.0 + i]), metrics={})
+        for i in range(4)
+    ]
+    assert out_of_scale(reps, [100] * 4) == {}
+    reps[2].nu = np.array([1e9])
+    assert list(out_of_scale(reps, [100] * 4)) == [2]
+    with pytest.raises(ValueError, match="lacks the metrics"):
+        validate_report(RoundReport(W=W, Pi=rep.Pi, nu=np.ones(4), metrics={}), 6, 2)

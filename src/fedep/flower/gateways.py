@@ -180,8 +180,11 @@ class FlowerGateways:
         """The first contact: every node's label and its moments (or, with
         ``features="auto"`` and a raw table, ``source = table``).
 
-        A duplicated label ends the run; so do fewer than ``min_clients`` answers and
-        a run mixing raw tables with numeric sources.
+        Each gateway declares its record count (its moments' count, or a table's rows):
+        its enrolment, which every later count it sends must equal. A label outside
+        :data:`~fedep.flower.checks.LABEL_PATTERN`, or taken by a node of lower id, is
+        refused naming the node; fewer than ``min_clients`` gateways left end the run, as
+        does a run mixing raw tables with numeric sources.
         """
         content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
         replies, failed, sent, received = exchange(
