@@ -13,12 +13,23 @@ import numpy as np
 from fedep.core.aggregation import robust_step
 from fedep.core.fedep import RoundReport, consensus_terms
 
-__all__ = ["merge_reports", "server_round", "validate_report"]
+__all__ = ["REQUIRED_METRICS", "merge_reports", "out_of_scale", "server_round", "validate_report"]
+
+#: The round metrics :func:`server_round` reads (every report must carry them).
+REQUIRED_METRICS = (
+    "fit l1 l21 projection lam_terms data_residual x_norm2 grad_scale manpg_iter ssn_iter"
+).split()
+#: A client basis is orthonormal (FedEP's and FedPG's ``W_i`` lie on the Stiefel
+#: manifold) within this tolerance on ``W_i^T W_i - I``.
+ORTHONORMAL_TOL = 1e-6
+#: Most a client's ``nu_i`` (per declared record) or ``||Pi_i||`` may exceed the
+#: round's median: honest clients differ by their data, not by orders of magnitude.
+SCALE_SPREAD = 1e3
 
 
 def merge_reports(reports: Sequence[RoundReport]) -> RoundReport:
     """Stack the reports of several clients (or cohorts) into one."""
-    keys = reports[0].metrics.keys()
+    keys = [k for k in reports[0].metrics if all(k in r.metrics for r in reports)]
     sketches = [r.sketch for r in reports]
     return RoundReport(
         W=np.concatenate([r.W for r in reports]),
@@ -29,8 +40,15 @@ def merge_reports(reports: Sequence[RoundReport]) -> RoundReport:
     )
 
 
-def validate_report(rep: RoundReport, n_features: int, n_components: int) -> None:
-    """Reject a malformed or non-finite client payload before it reaches aggregation."""
+def validate_report(
+    rep: RoundReport, n_features: int, n_components: int, *, orthonormal: bool = True
+) -> None:
+    """Reject a malformed or non-finite client payload before it reaches aggregation.
+
+    ``W`` and ``Pi`` of shape (k, n_features, n_components) and finite, each ``W_i``
+    orthonormal (``orthonormal``), ``nu`` (k,) finite and positive, and every metric
+    :func:`server_round` reads present and finite.
+    """
     for name in ("W", "Pi"):
         a = getattr(rep, name)
         if a.ndim != 3 or a.shape[1:] != (n_features, n_components):
@@ -40,8 +58,25 @@ def validate_report(rep: RoundReport, n_features: int, n_components: int) -> Non
             )
         if not np.isfinite(a).all():
             raise ValueError(f"client payload {name} holds NaN or inf")
+    k = rep.W.shape[0]
+    if rep.Pi.shape[0] != k:
+        raise ValueError(f"client payload Pi of {rep.Pi.shape[0]} clients, W of {k}")
     if not (np.isfinite(rep.nu).all() and (rep.nu > 0).all()):
         raise ValueError("client payload nu must be finite and positive")
+    if rep.nu.shape != (k,):
+        raise ValueError(f"client payload nu has shape {rep.nu.shape}, expected ({k},)")
+    if orthonormal:
+        gap = np.abs(np.einsum("kij,kil->kjl", rep.W, rep.W) - np.eye(n_components)).max()
+        if gap > ORTHONORMAL_TOL:
+            raise ValueError(f"client payload W is not orthonormal (|W^T W - I| = {gap:.3g})")
+    metrics = rep.metrics if rep.metrics is not None else {}
+    missing = [m for m in REQUIRED_METRICS if m not in metrics]
+    if missing:
+        raise ValueError(f"client payload lacks the metrics {', '.join(missing)}")
+    for name, v in metrics.items():
+        v = np.atleast_1d(np.asarray(v, dtype=float))
+        if v.shape != (k,) or not np.isfinite(v).all():
+            raise ValueError(f"client payload metric {name!r} is not {k} finite values")
     if rep.sketch is not None:
         b = rep.sketch
         if b.ndim != 3 or b.shape[0] != rep.W.shape[0] or b.shape[1] != n_features:
@@ -51,6 +86,32 @@ def validate_report(rep: RoundReport, n_features: int, n_components: int) -> Non
             )
         if not np.isfinite(b).all():
             raise ValueError("client payload sketch holds NaN or inf")
+
+
+def out_of_scale(reports: Sequence[RoundReport], counts: Sequence[int | None]) -> dict[int, str]:
+    """The reports (positions) whose ``nu_i`` or ``||Pi_i||`` is out of scale.
+
+    Each client's ``nu_i`` per declared record (``counts``; None: not known) and its
+    ``||Pi_i||_F`` against the round's median: beyond :data:`SCALE_SPREAD` times it a
+    client would steer the V-step by itself (an honest ``nu_i`` is ``nu``, ``nu N_i``
+    or ``nu ||X_i||_2^2``). Needs three reports or more (a median of honest ones).
+    """
+    if len(reports) < 3:
+        return {}
+    nu = np.array([float(r.nu.max()) for r in reports])
+    n = np.array([max(int(c), 1) if c is not None else 1 for c in counts], dtype=float)
+    per = nu / n
+    pi = np.array([float(np.linalg.norm(r.Pi)) for r in reports])
+    r = reports[0].W.shape[-1]
+    nu_med, per_med = float(np.median(nu)), float(np.median(per))
+    pi_cap = SCALE_SPREAD * (float(np.median(pi)) + nu_med * np.sqrt(r))
+    out = {}
+    for i in range(len(reports)):
+        if per[i] > SCALE_SPREAD * max(per_med, nu_med / n[i]):
+            out[i] = f"nu {nu[i]:.3g} out of scale (the round's median is {nu_med:.3g})"
+        elif pi[i] > pi_cap:
+            out[i] = f"||Pi|| {pi[i]:.3g} out of scale (at most {pi_cap:.3g} this round)"
+    return out
 
 
 def server_round(

@@ -219,6 +219,8 @@ def moments(msg: Message, context: Context) -> Message:
                 {
                     "client": ConfigRecord({"label": label}),
                     "source": ConfigRecord({"kind": "table", "n-columns": int(df.shape[1])}),
+                    # the enrolment: the records it holds (its summaries must agree)
+                    "count": MetricRecord({"count": int(df.shape[0])}),
                 }
             )
             return Message(content, reply_to=msg)

@@ -37,16 +37,25 @@ from fedep._json import jsonable
 from fedep.core.fedep import RoundReport
 from fedep.core.stats import Moments
 from fedep.core.trimming import add_ppca_sums
-from fedep.features import ColumnSummaries, FeaturePipeline
+from fedep.features import FeaturePipeline
 from fedep.features.summaries import align_summaries
 from fedep.federation.gateways import GatewaySetup, Standardization
 from fedep.federation.rounds import TooFewClients
-from fedep.federation.server import merge_reports, validate_report
+from fedep.federation.server import merge_reports, out_of_scale, validate_report
+from fedep.flower.checks import check_gram, check_label, read_count, read_moments, read_summaries
 from fedep.flower.gateway_data import sort_labels
 from fedep.flower.messages import arrays_of, to_array_record
 from fedep.flower.transport import Roster, ask, exchange
 
 __all__ = ["FlowerGateways", "RemoteClients", "RemoteCounts", "RemoteRecords"]
+
+
+def _width(rep: Message) -> int:
+    """The number of features a first-contact reply claims (-1: unreadable)."""
+    try:
+        return int(np.asarray(arrays_of(rep.content["moments"])["mean"]).size)
+    except (KeyError, ValueError, TypeError):
+        return -1
 
 
 def _moments_of(rep: Message) -> Moments:
@@ -93,6 +102,11 @@ class FlowerGateways:
         The feature pipeline's parameters (gateways holding raw tables).
     first_moments : list of Moments or None
         The numeric gateways' moments from the first contact (None: raw tables).
+    declared : dict of label -> int
+        Each gateway's record count, declared at first contact: every later count it
+        sends (summaries, moments, Gram) must equal it.
+    columns : dict of label -> int
+        Each raw-table gateway's declared number of columns (bounds its summaries).
     """
 
     def __init__(
@@ -106,11 +120,16 @@ class FlowerGateways:
         max_misses: int,
         pipeline_params: dict | None = None,
         first_moments: list[Moments] | None = None,
+        declared: dict[str, int] | None = None,
+        columns: dict[str, int] | None = None,
     ):
         self.grid, self.roster, self.method = grid, roster, method
         self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
         self.pipeline_params = dict(pipeline_params or {})
         self._moments = first_moments
+        # each gateway's record count (and table columns) declared at first contact
+        self.declared = dict(declared or {})
+        self.columns = dict(columns or {})
         self._pipe: FeaturePipeline | None = None
         self._records: RemoteRecords | None = None
         self._clients: RemoteClients | None = None
@@ -132,6 +151,21 @@ class FlowerGateways:
             **kw,
         )
 
+    def _parse(self, replies, phase: str, read) -> list:
+        """``(label, read(label, reply))`` of the replies ``read`` accepts; a refused one
+        drops its gateway (one line naming it and ``phase``)."""
+        return self.roster.parse(
+            replies, phase, read, min_clients=self.min_clients, what=f"the {phase} phase"
+        )
+
+    def _reader(self, n_features: int):
+        """A reader of moments of ``n_features`` features over the declared records."""
+
+        def read(lab, rep):
+            return read_moments(rep, count=self.declared.get(lab), n_features=n_features)
+
+        return read
+
     @classmethod
     def connect(
         cls,
@@ -146,26 +180,43 @@ class FlowerGateways:
         """The first contact: every node's label and its moments (or, with
         ``features="auto"`` and a raw table, ``source = table``).
 
-        A duplicated label ends the run; so do fewer than ``min_clients`` answers and
-        a run mixing raw tables with numeric sources.
+        Each gateway declares its record count (its moments' count, or a table's rows):
+        its enrolment, which every later count it sends must equal. A label outside
+        :data:`~fedep.flower.checks.LABEL_PATTERN`, or taken by a node of lower id, is
+        refused naming the node; fewer than ``min_clients`` gateways left end the run, as
+        does a run mixing raw tables with numeric sources.
         """
         content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
-        label_of = {nid: str(rep.content["client"]["label"]) for nid, rep in replies.items()}
-        if len(set(label_of.values())) != len(label_of):
-            raise RuntimeError(f"two gateways share a client label: {sorted(label_of.values())}")
+        label_of, refused = {}, {}
+        for nid in sorted(replies):
+            try:
+                lab = replies[nid].content["client"]["label"]
+            except KeyError:
+                lab = None
+            why = check_label(lab)
+            if why is None and lab in label_of.values():
+                first_node = next(n for n, x in label_of.items() if x == lab)
+                why = f"duplicate client label {lab!r} (kept node {first_node})"
+            if why is not None:
+                refused[nid] = why
+            else:
+                label_of[nid] = lab
         order = sort_labels(list(label_of.values()))
         roster = Roster(
             order=order, node_of={lab: n for n, lab in label_of.items()}, label_of=label_of
         )
         roster.fail(failed, "moments")
+        roster.fail(refused, "first contact")
         roster.add_bytes("moments", sent, received)
-        roster.keep_answered(replies, min_clients, "the first contact")
-        by_label = {lab: replies[roster.node_of[lab]] for lab in order}
-        tables = [lab for lab in order if "source" in by_label[lab].content]
-        numeric = [lab for lab in order if lab not in tables]
+        roster.keep_answered(
+            {n: r for n, r in replies.items() if n in label_of}, min_clients, "the first contact"
+        )
+        by_label = [(lab, replies[roster.node_of[lab]]) for lab in roster.order]
+        tables = [lab for lab, rep in by_label if "source" in rep.content]
+        numeric = [lab for lab, _ in by_label if lab not in tables]
         if tables and numeric:
             raise RuntimeError(
                 "features='auto': gateways "
@@ -175,9 +226,36 @@ class FlowerGateways:
                 + " hold numeric records (dataset partition or synthetic); give every "
                 "gateway the same kind of source, or run with features='numeric'"
             )
-        first = None if tables else [_moments_of(by_label[lab]) for lab in order]
+        # the enrolment: each gateway's record count (and its table's columns), which
+        # every later reply of it must agree with
+        if tables:
+
+            def enrol(lab, rep):
+                src = rep.content["source"]
+                return read_count(rep.content["count"]["count"]), read_count(src["n-columns"])
+
+        else:
+            widths = [_width(rep) for _, rep in by_label]
+            n_features = max(set(widths), key=widths.count)  # the gateways' majority
+
+            def enrol(lab, rep):
+                return read_moments(rep, count=None, n_features=n_features)
+
+        enrolled = roster.parse(
+            by_label, "first contact", enrol, min_clients=min_clients, what="the first contact"
+        )
+        first = None if tables else [m for _, m in enrolled]
+        counts = {lab: (v[0] if tables else v.count) for lab, v in enrolled}
+        columns = {lab: v[1] for lab, v in enrolled} if tables else {}
         return cls(
-            grid, roster, timeout=timeout, min_clients=min_clients, first_moments=first, **kw
+            grid,
+            roster,
+            timeout=timeout,
+            min_clients=min_clients,
+            first_moments=first,
+            declared=counts,
+            columns=columns,
+            **kw,
         )
 
     def features(self) -> FeaturePipeline | None:
@@ -190,14 +268,16 @@ class FlowerGateways:
         sent = {"params": jsonable(pipe.get_params())}
         content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(sent)})})
         replies = self._ask(content, "query.summaries", "summaries", "the column summaries")
-        summaries = []
-        for lab, rep in replies:
-            try:
-                text = str(rep.content["summary"]["json"])
-                summaries.append(ColumnSummaries.from_dict(json.loads(text)))
-            except (ValueError, KeyError, TypeError) as exc:  # FeatureError is a ValueError
-                # e.g. a gateway of another fedep version (its summaries' version differs)
-                raise RuntimeError(f"gateway {lab}: unreadable column summaries: {exc}") from None
+        max_cat = int(pipe.max_categories)
+
+        def summary_of(lab, rep):
+            text = rep.content["summary"]["json"]
+            cols = self.columns.get(lab)
+            return read_summaries(
+                text, count=self.declared.get(lab), n_columns=cols, max_categories=max_cat
+            )
+
+        summaries = [s for _, s in self._parse(replies, "summaries", summary_of)]
         pipe.fit_from_summaries(align_summaries(summaries))
         if not any(d.used for d in pipe.decisions_):
             raise RuntimeError(
@@ -209,7 +289,9 @@ class FlowerGateways:
             replies = self._ask(
                 content, "query.feature_moments", "feature_moments", "the feature moments"
             )
-            pipe.fit_scaling([_moments_of(rep) for _, rep in replies])
+            n_out = len(pipe.get_feature_names_out())
+            parsed = self._parse(replies, "feature_moments", self._reader(n_out))
+            pipe.fit_scaling([m for _, m in parsed])
         log(INFO, "fedep: feature pipeline fitted: %d features", len(pipe.get_feature_names_out()))
         self._pipe = pipe
         return pipe
@@ -223,21 +305,25 @@ class FlowerGateways:
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
             )
             replies = self._ask(content, "query.moments", "moments", "the moments")
-            self._moments = [_moments_of(rep) for _, rep in replies]
+            n_out = len(self._pipe.get_feature_names_out())
+            self._moments = [m for _, m in self._parse(replies, "moments", self._reader(n_out))]
         return self._moments
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
         content = RecordDict({"std": to_array_record(**_std_arrays(std))})
         replies = self._ask(content, "query.gram", "gram", "the Gram matrices")
         n = std.mean.shape[0]
-        total, counts = np.zeros((n, n)), []
-        for lab, rep in replies:
-            G = np.asarray(arrays_of(rep.content["gram"])["G"], dtype=float)
-            if G.shape != (n, n) or not np.isfinite(G).all():
-                raise RuntimeError(f"gateway {lab} sent a malformed Gram matrix {G.shape}")
+
+        def gram_of(lab, rep):
+            count = read_count(rep.content["count"]["count"])
+            G = arrays_of(rep.content["gram"])["G"]
+            return check_gram(G, n, count, self.declared.get(lab)), count
+
+        parsed = self._parse(replies, "gram", gram_of)
+        total = np.zeros((n, n))
+        for _, (G, _) in parsed:
             total += G
-            counts.append(int(rep.content["count"]["count"]))
-        return total, counts
+        return total, [c for _, (_, c) in parsed]
 
     def records(self) -> RemoteRecords:
         if self._records is None:
@@ -262,7 +348,19 @@ class FlowerGateways:
         records.labels = list(self.roster.order)
         if not setup.sketch_rank:
             return None
-        return [arrays_of(rep.content["sketch"])["B"] for _, rep in replies]
+        n = std.mean.shape[0]
+
+        def sketch_of(lab, rep):
+            B = np.asarray(arrays_of(rep.content["sketch"])["B"], dtype=float)
+            if B.ndim != 2 or B.shape[0] != n or B.shape[1] > setup.sketch_rank:
+                raise ValueError(f"a sketch of shape {B.shape}, not ({n}, <={setup.sketch_rank})")
+            if not np.isfinite(B).all():
+                raise ValueError("a sketch holding NaN or inf")
+            return B
+
+        sketches = [B for _, B in self._parse(replies, "setup", sketch_of)]
+        records.labels = list(self.roster.order)
+        return sketches
 
     def round_clients(self, V0: np.ndarray) -> RemoteClients:
         self._clients = RemoteClients(
@@ -273,6 +371,7 @@ class FlowerGateways:
             min_clients=self.min_clients,
             max_misses=self.max_misses,
             records=self.records(),
+            declared=self.declared,
         )
         return self._clients
 
@@ -325,8 +424,11 @@ class RemoteClients:
     out of later ones; fewer than ``min_clients`` valid replies end the run.
     """
 
-    def __init__(self, grid, gw: Roster, V0, *, timeout, min_clients, max_misses, records=None):
+    def __init__(
+        self, grid, gw: Roster, V0, *, timeout, min_clients, max_misses, records=None, declared=None
+    ):
         self.grid, self.gw, self.V0 = grid, gw, V0
+        self.declared = dict(declared or {})
         self.n_features, self.r = V0.shape
         self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
         # record trimming's view of the run: a gateway left out of the rounds leaves it
@@ -362,11 +464,17 @@ class RemoteClients:
             try:
                 rep = _report_from(replies[nid])
                 validate_report(rep, self.n_features, self.r)
-            except (KeyError, ValueError, TypeError) as exc:
-                failed[nid] = f"invalid reply: {exc}"
+            except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
+                line = " ".join(str(exc).split())[:300] or type(exc).__name__
+                failed[nid] = f"invalid reply: {line}"
                 continue
             reports.append(rep)
             answered.append(lab)
+        # a reply well formed but out of scale (nu, Pi) would steer V by itself
+        counts = [self.declared.get(lab) for lab in answered]
+        for i, why in sorted(out_of_scale(reports, counts).items(), reverse=True):
+            failed[gw.node_of[answered[i]]] = f"invalid reply: {why}"
+            del reports[i], answered[i]
         self.initialised.update(targets)
         for lab in targets:
             if lab in answered:
@@ -510,7 +618,7 @@ class RemoteRecords:
         for lab, rep in replies:
             try:
                 out.append(read(lab, rep) if labelled else read(rep))
-            except (KeyError, ValueError, TypeError) as exc:
+            except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
                 raise RuntimeError(
                     f"gateway {lab} sent a malformed record-trimming reply: {exc}"
                 ) from None

@@ -9,7 +9,7 @@ what the network would carry. Faults can be injected per gateway and round.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from uuid import uuid4
 
@@ -46,6 +46,10 @@ class FaultPlan:
     #: ``{gateway index: message type}``: the gateway's ClientApp raises on every
     #: message of that type (e.g. ``"query.trim"``).
     error_type: dict[int, str] = field(default_factory=dict)
+    #: ``{gateway index: function}``: a hostile gateway. ``function(message, reply)``
+    #: sees every reply of that gateway that is not an error and may change its
+    #: content (before serialisation) or return another ``Message`` to send instead.
+    tamper: dict[int, Callable[[Message, Message], Message | None]] = field(default_factory=dict)
 
 
 class _Run:
@@ -133,6 +137,9 @@ class LocalGrid(Grid):
         if not reply.has_error():
             if rnd is not None and self.faults.corrupt.get(idx, (None,))[0] == rnd:
                 _tamper(reply, self.faults.corrupt[idx][1])
+            hostile = self.faults.tamper.get(idx)
+            if hostile is not None:
+                reply = hostile(msg, reply) or reply
             reply = wire_copy(reply)
         self.sent.append((nid, reply))
         self._replies[msg.metadata.message_id] = reply

@@ -158,6 +158,30 @@ class Roster:
             rec[f"{phase}_sent"] = rec.get(f"{phase}_sent", 0) + b
             rec[f"{phase}_received"] = rec.get(f"{phase}_received", 0) + received.get(nid, 0)
 
+    def drop(self, label: str, phase: str, why: str, min_clients: int, what: str) -> None:
+        """Refuse ``label``'s reply to ``phase`` (one line naming it) and leave it out of
+        the run; fewer than ``min_clients`` left end the run."""
+        self.fail({self.node_of[label]: why}, phase)
+        self.order = [lab for lab in self.order if lab != label]
+        if len(self.order) < min_clients:
+            raise RuntimeError(
+                f"only {len(self.order)} gateways left after {what}; "
+                f"min-clients={min_clients}{self.why()}"
+            )
+
+    def parse(self, replies, phase: str, read, *, min_clients: int, what: str) -> list:
+        """``(label, read(label, reply))`` of each ``(label, reply)`` that ``read``
+        accepts; a reply it refuses (``KeyError``, ``ValueError``, ``TypeError``,
+        ``ArithmeticError``) drops its gateway with one line naming it and the phase."""
+        out = []
+        for lab, rep in replies:
+            try:
+                out.append((lab, read(lab, rep)))
+            except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
+                line = " ".join(str(exc).split())[:300] or type(exc).__name__
+                self.drop(lab, phase, f"malformed {phase} reply: {line}", min_clients, what)
+        return out
+
     def keep_answered(self, replies: dict, min_clients: int, what: str) -> None:
         """Keep the gateways that answered; fewer than ``min_clients`` end the run."""
         self.order = [lab for lab in self.order if self.node_of[lab] in replies]
