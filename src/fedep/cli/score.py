@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +33,7 @@ import pandas as pd
 from fedep._atomic import atomic_write
 from fedep._errors import one_line
 from fedep.cli._common import (
+    PROG,
     add_model_options,
     add_read_options,
     bad_value_error,
@@ -155,6 +157,60 @@ def streams_as_csv(src: Path, args) -> bool:
     return max((",", "\t", ";", "|"), key=first.count) == ","
 
 
+class _MissingColumns:
+    """The model's columns that no row of the input holds a value in: the pipeline
+    imputes them silently, so ``fedep score`` names each once per run (on stderr, after
+    the rows are written), not per chunk.
+
+    A value is missing when null / NaN or, in a text column, one of the pipeline's
+    missing tokens (``-``, ``?``, ``NA`` ...): what its transform imputes.
+    """
+
+    def __init__(self, det, src) -> None:
+        self.src = src
+        pipe = getattr(det, "features_", None)
+        self.used = [] if pipe is None else used_columns(det)
+        self.reset()
+
+    def reset(self) -> None:
+        self.pending = dict.fromkeys(self.used)  # no value seen yet
+        self.absent: list[str] = []
+
+    def columns(self, present) -> None:
+        """The input's columns: a used one it lacks is absent (the pipeline imputes an
+        optional column; a required one is refused before)."""
+        have = set(present)
+        self.absent = [c for c in self.used if c not in have]
+
+    def update(self, frame: pd.DataFrame) -> None:
+        from fedep.features import MISSING_TOKENS
+
+        for c in [c for c in self.pending if c in frame.columns]:
+            s = frame[c]
+            if s.dtype.kind in "biufc":
+                has = bool(s.notna().any())
+            else:
+                vals = pd.unique(s.dropna().astype(str))
+                has = any(str(v).strip().lower() not in MISSING_TOKENS for v in vals)
+            if has:
+                del self.pending[c]
+
+    def warn(self) -> None:
+        for c in self.used:
+            if c in self.absent:
+                what = f"column {c!r} is not in the file"
+            elif c in self.pending:
+                what = f"column {c!r} is missing in every row"
+            else:
+                continue
+            print(
+                f"{PROG}: warning: {self.src}: {what}; the model imputes it (scores may be "
+                "meaningless for it)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def cmd_score(args) -> int:
     src = Path(args.input)
     if not src.is_file():
@@ -166,16 +222,19 @@ def cmd_score(args) -> int:
     stream = streams_as_csv(src, args)
     t0 = time.perf_counter()
     # Errors and KeyboardInterrupt (SIGTERM too, turned into one by main) leave no file.
+    missing = _MissingColumns(det, src)
     with atomic_write(dst) as fout:
         try:
             run = _score_csv_stream if stream else _score_chunks
-            n_rows, n_anom = run(det, src, fout, tails_names, args)
+            n_rows, n_anom = run(det, src, fout, tails_names, args, missing)
         except NotStreamable as exc:
             # fit read this file as a table: so does score, rather than refuse it
             info(f"{one_line(exc)}: read as a table instead of streamed", args.quiet)
             fout.seek(0)
             fout.truncate()
-            n_rows, n_anom = _score_chunks(det, src, fout, tails_names, args)
+            missing.reset()
+            n_rows, n_anom = _score_chunks(det, src, fout, tails_names, args, missing)
+    missing.warn()
     dt = time.perf_counter() - t0
     rate = n_rows / dt if dt > 0 else float("inf")
     info(
@@ -203,7 +262,7 @@ def _check_clash(columns, tails, src) -> None:
         raise DataError(src, f"already has output column {clash[0]!r}", line=1, column=clash[0])
 
 
-def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
+def _score_csv_stream(det, src, fout, tails_names, args, missing) -> tuple[int, int]:
     """Stream a comma-separated CSV file, copying its lines and appending the tails."""
     pipe = getattr(det, "features_", None)
     if pipe is None:
@@ -212,6 +271,7 @@ def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
     else:
         header, _ = read_csv_header(src)
         check_columns(det, header, src)
+        missing.columns(header)
         cols = [c for c in used_columns(det) if c in header]
         reader = CsvBlockReader(
             src, [], args.chunksize, args.client_column, frame_columns=cols,
@@ -228,6 +288,7 @@ def _score_csv_stream(det, src, fout, tails_names, args) -> tuple[int, int]:
                 det, block.X, groups, tails_names, tails.k
             )
         else:
+            missing.update(block.frame)
             X = block.frame.set_axis(range(block.first_line, block.first_line + len(block)))
             scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "line"
@@ -254,7 +315,7 @@ def _read_ahead(blocks):
             yield block
 
 
-def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
+def _score_chunks(det, src, fout, tails_names, args, missing) -> tuple[int, int]:
     """Any other format: read_table chunks, written back as CSV with the tails."""
     tails = ScoreTailFormatter(tails_names, args.top_features)
     pipe = getattr(det, "features_", None)
@@ -269,6 +330,7 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
         if n_rows == 0:
             cols = [str(c) for c in chunk.columns]
             check_columns(det, cols, src)
+            missing.columns(cols)
             _check_clash(cols, tails, src)
             if args.client_column is not None and args.client_column not in cols:
                 raise DataError(
@@ -284,6 +346,7 @@ def _score_chunks(det, src, fout, tails_names, args) -> tuple[int, int]:
             X = numeric_matrix(chunk, tails_names, src)
             scores, flags, probs, idx, vals = score_block(det, X, groups, tails_names, tails.k)
         else:
+            missing.update(chunk)
             X = chunk.set_axis(range(n_rows + 1, n_rows + 1 + len(chunk)))
             scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "row"

@@ -48,7 +48,13 @@ import pandas as pd
 
 from fedep.data.errors import DataError
 from fedep.data.readers.detect import header_looks_like_data, no_header_message
-from fedep.data.readers.source import _COMPRESSION_MAGIC, _open_source
+from fedep.data.readers.source import (
+    _BOM,
+    _COMPRESSION_MAGIC,
+    MAX_FIRST_LINE,
+    _check_text_head,
+    _open_source,
+)
 from fedep.data.tabular import parse_header_line, strip_csv_text
 
 __all__ = [
@@ -72,11 +78,38 @@ def read_csv_header(path) -> tuple[list[str], bytes]:
     """
     path = Path(path)
     with _open_decompressed(path) as fh:
-        raw = strip_csv_text(fh.readline(), path)
+        raw = _header_line(fh, path)
+        _check_text_head(path, raw)
+        raw = strip_csv_text(raw, path)
+    _check_no_nul(raw, path, 1)
     names = parse_header_line(raw, path)
     if header_looks_like_data(names):
         raise DataError(path, no_header_message(path, names, ","), line=1)
     return names, raw
+
+
+def _header_line(fh, path: Path) -> bytes:
+    """The first line of ``fh`` (with its line end), refused beyond MAX_FIRST_LINE bytes."""
+    limit = MAX_FIRST_LINE + len(_BOM) + 2  # the line, a BOM, \r\n
+    raw = fh.readline(limit)
+    if len(raw) >= limit and not raw.endswith(b"\n"):
+        raise DataError(
+            path,
+            f"the first line is longer than {MAX_FIRST_LINE >> 20} MiB (no line break in "
+            f"the first {len(raw):,} bytes): not a flow-record table",
+        )
+    return raw
+
+
+_NUL_MESSAGE = "NUL byte in a text file (binary data, or UTF-16 text?)"
+
+
+def _check_no_nul(data: bytes, path: Path, first_line: int) -> None:
+    """A DataError naming the line of the first NUL byte in ``data`` (lines from
+    ``first_line``), if it holds one."""
+    at = data.find(b"\x00")
+    if at >= 0:
+        raise DataError(path, _NUL_MESSAGE, line=first_line + data.count(b"\n", 0, at))
 
 
 @contextmanager
@@ -227,10 +260,11 @@ class CsvBlockReader:
     def __iter__(self) -> Iterator[CsvBlock]:
         src = self.path
         with _open_decompressed(src) as fh:
-            fh.readline()
+            _header_line(fh, src)
             line_no = 2  # of the next line to read
             pending_blank = 0
             for data, newlines in _line_chunks(fh, self.chunk_rows):
+                _check_no_nul(data, src, line_no)
                 buf, starts, ends, blank = _split_lines(data, newlines)
                 n_lines = len(starts)
                 # Blank lines: fine at the end of the file, an error inside the data.

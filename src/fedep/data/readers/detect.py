@@ -12,6 +12,7 @@ from fedep.data.readers.source import (
     _BOM,
     _COMPRESSION_SUFFIX,
     ReadError,
+    _check_text_head,
     _open_source,
     _read_head,
     _Source,
@@ -131,6 +132,7 @@ def _detect(src: _Source, head: bytes) -> str:
     by_name = next((_FORMAT_SUFFIX[s] for s in suffixes if s in _FORMAT_SUFFIX), None)
     if by_name in ("parquet", "feather"):
         return by_name  # a binary format without its magic: its reader says what is wrong
+    _check_text_head(src.path, head)
     text = head[len(_BOM) :] if head.startswith(_BOM) else head
     stripped = text.lstrip()
     if not stripped:

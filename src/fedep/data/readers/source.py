@@ -39,6 +39,9 @@ _COMPRESSION_SUFFIX = {
 }
 _COMPRESSION_NAME = {"gzip": "gzip", "bz2": "bzip2", "xz": "xz", "zstd": "zstd"}
 _HEAD_BYTES = 1 << 16
+MAX_FIRST_LINE = 1 << 20  # bytes: a longer first (header) line is refused
+_BINARY_MAGIC = (b"PAR1", b"ARROW1", b"FEA1")
+_BINARY_SUFFIXES = (".parquet", ".pq", ".feather", ".arrow", ".ipc")
 
 
 class ReadError(DataError):
@@ -124,20 +127,113 @@ def _open_source(path: Path) -> _Source:
 
 
 def _read_head(src: _Source, n: int = _HEAD_BYTES) -> bytes:
-    """The first ``n`` decompressed bytes, extended to the end of the first line."""
+    """The first ``n`` decompressed bytes, extended to the end of the first line.
+
+    The first line is read in pieces joined once (linear time) and at most
+    :data:`MAX_FIRST_LINE` bytes of it: a longer one is refused (a ReadError), unless
+    the file is binary (Parquet / Arrow magic bytes or name) or a JSON array (one line
+    by design), whose readers take the file whole; their head is then cut there.
+    """
     with src.errors():
         fh = src.open()
         try:
-            head = fh.read(n)
+            head = bytes(fh.read(n))
+            if b"\n" in head or head.startswith(_BINARY_MAGIC) or head[:4] == b"\xff" * 4:
+                return head
+            parts, size = [head], len(head)
             # a very wide header: read on until its line ends (or the file does)
-            while b"\n" not in head:
-                more = fh.read(n)
+            while size <= MAX_FIRST_LINE:
+                more = bytes(fh.read(n))
                 if not more:
                     break
-                head += more
+                parts.append(more)
+                size += len(more)
+                if b"\n" in more:
+                    break
         finally:
             fh.close()
-    return bytes(head)
+    head = b"".join(parts)
+    nl = head.find(b"\n")
+    if (nl < 0 and size > MAX_FIRST_LINE) or nl > MAX_FIRST_LINE + len(_BOM):
+        name = src.path.name.lower()
+        if head.removeprefix(_BOM).lstrip().startswith(b"[") or name.endswith(_BINARY_SUFFIXES):
+            return head
+        raise ReadError(
+            src.path,
+            f"the first line is longer than {MAX_FIRST_LINE >> 20} MiB (no line break in "
+            f"the first {size:,} bytes): not a flow-record table",
+        )
+    return head
+
+
+# byte-order marks of the text encodings the readers do not take (UTF-32 first: its
+# little-endian mark starts with UTF-16's)
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+def _check_text_head(path, head: bytes) -> None:
+    """Refuse UTF-16 / UTF-32 text (by its byte-order mark, or without one by NUL bytes
+    in every other position) with a message that says so, rather than a misleading
+    parse error further down."""
+    enc = next((e for bom, e in _WIDE_BOMS if head.startswith(bom)), None)
+    if enc is None:
+        sample = head[:4096]
+        n = len(sample) // 2
+        even, odd = sample[0::2].count(0), sample[1::2].count(0)
+        # ASCII in UTF-16: one byte of each pair is NUL; in UTF-32 three bytes of four
+        if n >= 2 and max(even, odd) >= 0.6 * n:
+            # no byte-order mark: name the byte order (ASCII first: little-endian)
+            order = "LE" if odd > even else "BE"
+            if min(even, odd) <= 0.1 * n:
+                enc = "UTF-16" + order
+            elif min(even, odd) >= 0.3 * n:
+                enc = "UTF-32" + order
+    if enc is not None:
+        raise ReadError(path, f"{enc} text; convert it to UTF-8 (iconv -f {enc} -t UTF-8)")
+
+
+def _find_nul(src: _Source, piece: int = 1 << 22) -> None:
+    """Refuse a text file holding a NUL byte: one ReadError naming the line of the first
+    (one ``bytes.find`` per piece read; the line is counted only when one is found)."""
+    with src.errors():
+        fh = src.open()
+        try:
+            offset = 0
+            while True:
+                data = bytes(fh.read(piece))
+                if not data:
+                    return
+                at = data.find(b"\x00")
+                if at >= 0:
+                    break
+                offset += len(data)
+        finally:
+            fh.close()
+    _raise_nul(src, offset + at)
+
+
+def _raise_nul(src: _Source, position: int, piece: int = 1 << 22) -> None:
+    """The ReadError for a NUL byte at decompressed byte ``position``."""
+    with src.errors():
+        fh = src.open()
+        try:
+            lines, left = 0, position
+            while left > 0:
+                data = bytes(fh.read(min(piece, left)))
+                if not data:
+                    break
+                lines += data.count(b"\n")
+                left -= len(data)
+        finally:
+            fh.close()
+    raise ReadError(
+        src.path, "NUL byte in a text file (binary data, or UTF-16 text?)", line=lines + 1
+    )
 
 
 def _text_lines(src: _Source) -> Iterator[str]:

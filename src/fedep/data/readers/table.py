@@ -19,6 +19,8 @@ from fedep.data.readers.source import (
     FORMATS,
     INFINITY_POLICIES,
     ReadError,
+    _check_text_head,
+    _find_nul,
     _open_source,
     _read_head,
 )
@@ -72,8 +74,11 @@ def _open_frames(path, format, delimiter, infinity, columns, chunksize, text_col
     head = _read_head(src)
     fmt = _detect(src, head) if format == "auto" else format
     text_format = fmt in ("csv", "tsv", "zeek", "json", "zeek-json")
-    if text_format and not head.removeprefix(_BOM).strip():
-        raise ReadError(path, "empty file")
+    if text_format:
+        _check_text_head(path, head)
+        if not head.removeprefix(_BOM).strip():
+            raise ReadError(path, "empty file")
+        _find_nul(src)
     locate = _by_row
     if fmt == "parquet":
         frames = _parquet_reader(src, columns, chunksize)
