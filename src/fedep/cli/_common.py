@@ -203,6 +203,24 @@ def read_kwargs(args) -> dict:
     }
 
 
+def add_dataset_options(g) -> None:
+    """``--data-dir`` and ``--feature-set``: where the official datasets are, and which
+    of their feature sets to use (``fit``, ``evaluate``, ``federate``)."""
+    g.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
+    )
+    g.add_argument(
+        "--feature-set",
+        choices=DATASET_FEATURE_SETS,
+        default=DEFAULT_FEATURE_SET,
+        metavar="SET",
+        help="features of --dataset: generic = its raw table, as your own files; rich, "
+        f"paper = hand-written features (default: {DEFAULT_FEATURE_SET})",
+    )
+
+
 def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
     """``--dataset NAME | --train PATH [PATH ...] / --test PATH``, the read options and
     the table's column options."""
@@ -230,19 +248,7 @@ def add_data_source(p: argparse.ArgumentParser, *, test: bool = False) -> None:
             help="your own flow records: one file per gateway (its name is the gateway "
             "id), a directory of them, or one file with --client-column",
         )
-    g.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
-    )
-    g.add_argument(
-        "--feature-set",
-        choices=DATASET_FEATURE_SETS,
-        default=DEFAULT_FEATURE_SET,
-        metavar="SET",
-        help="features of --dataset: generic = its raw table, as your own files; rich, "
-        f"paper = hand-written features (default: {DEFAULT_FEATURE_SET})",
-    )
+    add_dataset_options(g)
     g.add_argument("--label-column", metavar="COL", help="label column of your table")
     g.add_argument(
         "--normal-label",

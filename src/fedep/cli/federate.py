@@ -41,10 +41,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedep._names import DATASET_FEATURE_SETS, DEFAULT_FEATURE_SET
 from fedep._names import DATASETS as DATASET_NAMES
 from fedep.cli._common import (
     UsageError,
+    add_dataset_options,
     add_estimator_options,
     add_method_option,
     add_read_options,
@@ -144,19 +144,7 @@ def register(sub) -> None:
         metavar="N",
         help="with --dataset: a random sample of N normal training rows",
     )
-    g.add_argument(
-        "--feature-set",
-        choices=DATASET_FEATURE_SETS,
-        default=DEFAULT_FEATURE_SET,
-        metavar="SET",
-        help="features of --dataset: generic = its raw table, as your own files; rich, "
-        f"paper = hand-written features (default: {DEFAULT_FEATURE_SET})",
-    )
-    g.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        help="directory of the official datasets (default: $FEDEP_DATA_DIR)",
-    )
+    add_dataset_options(g)
     g.add_argument("--label-column", metavar="COL", help="label column of the --train files")
     g.add_argument(
         "--normal-label",
