@@ -8,6 +8,7 @@ import json
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
@@ -270,3 +271,24 @@ def test_validate_report_and_out_of_scale():
     assert list(out_of_scale(reps, [100] * 4)) == [2]
     with pytest.raises(ValueError, match="lacks the metrics"):
         validate_report(RoundReport(W=W, Pi=rep.Pi, nu=np.ones(4), metrics={}), 6, 2)
+
+
+def test_honest_wide_vocabularies_pass_the_summary_checks(tmp_path):
+    """A column with more distinct values than the pipeline's max_categories (NSL-KDD's
+    counts have 130-216): honest top lists hold up to 4 x max(64, max_categories)."""
+    cfgs = []
+    for i in range(3):
+        rng = np.random.default_rng(i)
+        n = 2000
+        df = pd.DataFrame(
+            {
+                "srv_count": rng.integers(0, 200, n),  # about 200 distinct values, repeated
+                "bytes": rng.lognormal(6.0, 1.5, n).round(1),
+                "proto": rng.choice(["tcp", "udp"], n),
+            }
+        )
+        path = tmp_path / f"w{i}.csv"
+        df.to_csv(path, index=False)
+        cfgs.append({"data-path": str(path), "client-label": f"w{i}"})
+    res, _ = run_local(cfgs, {**TABLE_RUN, "min-clients": 3})
+    assert res.failed == {} and res.finalized == ["w0", "w1", "w2"]

@@ -341,11 +341,18 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         self.numeric_transform = numeric_transform
 
     # ------------------------------------------------------------------ fitting
+    @property
+    def summary_categories(self) -> int:
+        """The ``max_categories`` of this pipeline's column summaries (at least 64, so that
+        a merged vocabulary sees more than it keeps): each column's category view holds at
+        most ``4 *`` this many values."""
+        return max(64, int(self.max_categories))
+
     def summarize(self, X: pd.DataFrame) -> ColumnSummaries:
         """Round 1 on one gateway: :func:`summarize_columns` with this pipeline's settings."""
         return summarize_columns(
             _as_frame(X),
-            max_categories=max(64, int(self.max_categories)),
+            max_categories=self.summary_categories,
             sketch_size=int(self.sketch_size),
             categorical=[self.categorical]
             if isinstance(self.categorical, str)

@@ -268,7 +268,7 @@ class FlowerGateways:
         sent = {"params": jsonable(pipe.get_params())}
         content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(sent)})})
         replies = self._ask(content, "query.summaries", "summaries", "the column summaries")
-        max_cat = int(pipe.max_categories)
+        max_cat = pipe.summary_categories
 
         def summary_of(lab, rep):
             text = rep.content["summary"]["json"]
