@@ -174,13 +174,14 @@ def _moments_reply(msg: Message, X: np.ndarray, label: str) -> Message:
 
 
 def _verified(handler):
-    """Refuse a server message that is unsigned or altered when ``verify-key`` is set."""
+    """Refuse a server message that is unsigned, altered, or signed for another run or
+    another node when ``verify-key`` is set (the run and node are the context's)."""
 
     @functools.wraps(handler)
     def wrapper(msg: Message, context: Context) -> Message:
         key = parse_key(str(context.node_config.get("verify-key") or ""))
         if key is not None:
-            verify_message(msg, key)
+            verify_message(msg, key, run_id=context.run_id, node_id=context.node_id)
         return handler(msg, context)
 
     return wrapper

@@ -174,6 +174,7 @@ def run_local(
     *,
     faults: FaultPlan | None = None,
     callback=None,
+    run_id: int = 1,
 ) -> tuple[FederationResult, LocalGrid]:
     """Run the Flower apps of this package in-process, one virtual gateway per config.
 
@@ -185,6 +186,8 @@ def run_local(
         ServerApp run config (see :data:`~fedep.flower.DEFAULT_RUN_CONFIG`);
         ``min-nodes`` defaults to the number of gateways.
     faults : FaultPlan, optional
+    run_id : int, default=1
+        The run's id (every gateway's ``Context.run_id`` and the messages' run).
 
     Returns
     -------
@@ -192,7 +195,7 @@ def run_local(
     grid : LocalGrid
         For inspection (``grid.sent``, ``grid.contexts``).
     """
-    grid = LocalGrid(client_app, node_configs, faults=faults)
+    grid = LocalGrid(client_app, node_configs, run_id=run_id, faults=faults)
     cfg = {"min-nodes": len(node_configs), "node-wait-s": 0.0, **(run_config or {})}
     saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run.run_id, 0

@@ -82,13 +82,22 @@ def to_array_record(**arrays: np.ndarray) -> ArrayRecord:
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
-def content_digest(content: RecordDict, message_type: str, group_id: str) -> str:
-    """SHA-256 over a message's type, group and every record except ``signature``.
+def content_digest(
+    content: RecordDict,
+    message_type: str,
+    group_id: str,
+    run_id: int | None = None,
+    dst_node_id: int | None = None,
+) -> str:
+    """SHA-256 over a message's type, group, run, recipient and every record except
+    ``signature``.
 
     Arrays count by name, dtype, shape and bytes; config and metric records by their
-    canonical JSON. What a gateway verifies before it acts on a server message.
+    canonical JSON. What a gateway verifies before it acts on a server message: the run
+    id and the recipient node id bind a signed message to its run and its gateway (one
+    captured from another run, or sent to another gateway, does not verify there).
     """
-    h = hashlib.sha256(f"{message_type}\0{group_id}\0".encode())
+    h = hashlib.sha256(f"{message_type}\0{group_id}\0run={run_id}\0node={dst_node_id}\0".encode())
     for key in sorted(content.keys()):
         if key == "signature":
             continue
@@ -105,26 +114,53 @@ def content_digest(content: RecordDict, message_type: str, group_id: str) -> str
 
 
 def sign_message(msg: Message, key) -> None:
-    """Attach a ``signature`` record (Ed25519 or HMAC, :mod:`fedep.modelfile`) to ``msg``."""
-    digest = content_digest(msg.content, msg.metadata.message_type, msg.metadata.group_id)
-    msg.content["signature"] = ConfigRecord({"json": json.dumps(sign_digest(digest, key))})
+    """Attach a ``signature`` record (Ed25519 or HMAC, :mod:`fedep.modelfile`) to ``msg``.
+
+    The signature covers the message's run (``metadata.run_id``) and recipient
+    (``metadata.dst_node_id``), which the record also names (``run-id``, ``node-id``)
+    so that a gateway can say which run and node a refused message was signed for.
+    """
+    md = msg.metadata
+    run, node = int(md.run_id), int(md.dst_node_id)
+    digest = content_digest(msg.content, md.message_type, md.group_id, run, node)
+    msg.content["signature"] = ConfigRecord(
+        {"json": json.dumps(sign_digest(digest, key)), "run-id": run, "node-id": node}
+    )
 
 
-def verify_message(msg: Message, key) -> None:
-    """Refuse a server message that is unsigned or altered (ValueError, one line)."""
+def verify_message(
+    msg: Message, key, *, run_id: int | None = None, node_id: int | None = None
+) -> None:
+    """Refuse a server message that is unsigned, altered, or signed for another run or
+    another node (ValueError, one line).
+
+    ``run_id`` and ``node_id`` are the gateway's own (its ``Context``); the run and
+    node the signature covers must be them.
+    """
+    what = f"refused {msg.metadata.message_type} message"
     if "signature" not in msg.content.config_records:
-        raise ValueError(
-            f"refused {msg.metadata.message_type} message: not signed (verify-key is set)"
-        )
+        raise ValueError(f"{what}: not signed (verify-key is set)")
+    rec = msg.content["signature"]
     try:
-        block = json.loads(str(msg.content["signature"]["json"]))
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"refused {msg.metadata.message_type} message: {exc}") from None
-    digest = content_digest(msg.content, msg.metadata.message_type, msg.metadata.group_id)
+        block = json.loads(str(rec["json"]))
+        run, node = rec["run-id"], rec["node-id"]
+    except KeyError as exc:
+        raise ValueError(f"{what}: signature record lacks {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (run, node)):
+        raise ValueError(f"{what}: signature record's run-id / node-id are not integers")
+    md = msg.metadata
+    digest = content_digest(msg.content, md.message_type, md.group_id, run, node)
     try:
         verify_digest(block, digest, key)
     except ValueError as exc:
-        raise ValueError(f"refused {msg.metadata.message_type} message: {exc}") from None
+        raise ValueError(f"{what}: {exc}") from None
+    # The run and node are now the signer's own: compare them with this gateway's.
+    if run_id is not None and run != int(run_id):
+        raise ValueError(f"{what}: signed for run {run}, this is run {int(run_id)}")
+    if node_id is not None and node != int(node_id):
+        raise ValueError(f"{what}: signed for node {node}, this node is {int(node_id)}")
 
 
 def arrays_of(rec: ArrayRecord) -> dict[str, np.ndarray]:

@@ -84,10 +84,10 @@ def exchange(
 class SigningGrid:
     """A grid that signs every message it pushes (gateways with ``verify-key`` check).
 
-    Signatures cover the message type, group and every record (see
-    :func:`~fedep.flower.messages.content_digest`), so a gateway configured with the
-    server's key refuses a global model, a setup or a query that is unsigned or
-    altered on the way.
+    Signatures cover the message type, group, run id, recipient node id and every
+    record (see :func:`~fedep.flower.messages.content_digest`), so a gateway configured
+    with the server's key refuses a global model, a setup or a query that is unsigned,
+    altered on the way, captured from another run or addressed to another gateway.
     """
 
     def __init__(self, grid: Grid, key):
@@ -96,6 +96,9 @@ class SigningGrid:
     def push_messages(self, messages):
         messages = list(messages)
         for m in messages:
+            # Each message its own top-level content (records stay shared): a phase
+            # sends one RecordDict to every gateway, and each signature names its node.
+            m.content = RecordDict(dict(m.content.items()))
             sign_message(m, self._key)
         return self._grid.push_messages(messages)
 
