@@ -10,6 +10,7 @@ import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
 from fedep import FedEP, FedPG
+from fedep.core.baselines import client_sketch, oneshot_merge
 from fedep.core.fedep import RoundReport
 from fedep.core.stiefel import polar, projector_distance
 from fedep.data import make_federated_data
@@ -55,7 +56,7 @@ def federation():
 def _fit(blocks, rule, a=None, method=FedEP, n_rounds=60):
     est = method(n_components=3, init="oneshot", aggregation=rule, n_rounds=n_rounds, tol=0.0)
     rng = np.random.default_rng(0)
-    V0 = est._init_basis(blocks, rng)
+    V0 = oneshot_merge([client_sketch(b, 3) for b in blocks], 3)  # init="oneshot"
     cohort = est._make_cohort(blocks, V0)
     res = est._run_rounds(cohort if a is None else Poisoned(cohort, a), V0, rng)
     return polar(res.V), res
@@ -82,7 +83,7 @@ def test_stopping_test_does_not_wait_for_excluded_gateways(federation):
     # gateways (nu-weighted consensus residual ~0.012 under the mean step) never are.
     est = FedEP(n_components=3, init="oneshot", aggregation="trimmed", n_rounds=300, tol=1e-6)
     rng = np.random.default_rng(0)
-    V0 = est._init_basis(blocks, rng)
+    V0 = oneshot_merge([client_sketch(b, 3) for b in blocks], 3)  # init="oneshot"
     res = est._run_rounds(Poisoned(est._make_cohort(blocks, V0), a), V0, rng)
     assert res.stop_reason == "lagrangian_stationary" and res.n_rounds < 300
     assert all(h["n_downweighted"] == 2 for h in res.history)

@@ -25,9 +25,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from fedep.core.baselines import client_sketch, oneshot_merge
 from fedep.core.scoring import feature_contributions, residual_energy
-from fedep.core.stiefel import random_stiefel
 from fedep.core.trimming import (
     TRIM_STARTS,
     ScoreCounts,
@@ -480,13 +478,6 @@ class BaseFederatedDetector(BaseEstimator):
         the sketches' truncation).
         """
         return V is not None and (same or getattr(self, "init", "oneshot") != "oneshot")
-
-    def _init_basis(self, blocks, rng):
-        n = blocks[0].shape[1]
-        r = self._rank()
-        if self.init == "random":
-            return random_stiefel(n, r, rng)
-        return oneshot_merge([client_sketch(b, r) for b in blocks], r)
 
     # ------------------------------------------------------------------ scoring
     def _transform_input(self, X):

@@ -144,8 +144,10 @@ class LocalGateways:
         self.pipeline = pipeline
         self.feature_names = feature_names
         self._records = LocalRecords(blocks)
-        self._cohort = None
+        # set by setup(): what the next round_clients() builds its cohort from
+        self._std: Standardization | None = None
         self._spec: dict | None = None
+        self._cohort = None
 
     def features(self):
         return self.pipeline
