@@ -216,3 +216,25 @@ def standardization_from_moments(
     constant = std <= eps * (1.0 + np.abs(moments.mean))
     scale = np.where(constant, 1.0, std)
     return moments.mean.copy(), scale, constant
+
+
+#: The records a count or sum query is about: the training records, or a gateway's
+#: trusted reference (``fedep.core.reference``), whole or one of its halves (its
+#: even rows fit a model, its odd rows score out of sample).
+SUBSETS = ("train", "reference", "reference-fit", "reference-held")
+
+
+def subset_rows(R: np.ndarray, subset: str) -> np.ndarray:
+    """The rows of a gateway's reference ``R`` a query with ``subset`` is about."""
+    if subset == "reference-fit":
+        return R[0::2]
+    if subset == "reference-held":
+        return R[1::2]
+    if subset == "reference":
+        return R
+    raise ValueError(f"unknown record subset {subset!r}; expected one of {SUBSETS}")
+
+
+def subset_sums(Z: np.ndarray):
+    """One gateway's count, sum (n,) and Gram matrix (n, n) of its records ``Z``."""
+    return int(Z.shape[0]), Z.sum(axis=0), Z.T @ Z

@@ -32,12 +32,15 @@ from typing import Protocol
 import numpy as np
 
 from fedep.core._linalg import thin_svd
+from fedep.core.feedback import near_attacks
 from fedep.core.scoring import residual_energy
 from fedep.core.stats import (
     Moments,
     client_moments,
     combine_moments,
     standardization_from_moments,
+    subset_rows,
+    subset_sums,
 )
 
 __all__ = [
@@ -66,6 +69,7 @@ __all__ = [
     "trim_share",
     "median_start",
     "TRIM_STARTS",
+    "REFERENCE_START",
     "selection",
     "concentration_steps",
     "describe_trimming",
@@ -74,6 +78,8 @@ __all__ = [
 #: Where the concentration steps start (``trim_start``): from every record, or from
 #: the records nearest the coordinate-wise median (:func:`median_start`).
 TRIM_STARTS = ("all", "median")
+#: The start a trusted reference gives (:mod:`fedep.core.reference`; chosen by the fit).
+REFERENCE_START = "reference"
 
 #: Robust z-score above which a record counts as contamination (chosen on synthetic
 #: data: see ``tests/core/test_trimming.py`` and ``benchmarks/bench_contaminated.py``).
@@ -469,9 +475,20 @@ class TrimRecords(Protocol):
     (``fedep.flower.gateways.RemoteRecords``).
     """
 
-    def counts(self, kind: str, mean, scale, params: dict):
+    def counts(self, kind: str, mean, scale, params: dict, subset: str = "train"):
         """Count queries (``n``, ``lo``, ``hi``, ``le``, ``abs_le`` of
-        :class:`ScoreCounts`) over the counted values of ``kind`` of every record."""
+        :class:`ScoreCounts`) over the counted values of ``kind`` of every record of
+        ``subset`` (:data:`SUBSETS`; a gateway without a reference has none)."""
+
+    def sums(self, subset: str, mean, scale):
+        """The gateways' :func:`subset_sums` of their standardised records of
+        ``subset``, summed in gateway order: ``(count, sum, gram)``."""
+
+    def exclude(self, mean, scale, params: dict) -> tuple[int, int]:
+        """Each gateway drops from every later fit its records near its confirmed
+        attacks (:func:`fedep.core.reference.near_attacks` with ``params`` ``V``,
+        ``lam``, ``sigma2``, ``radius``); returns the attack labels and the records
+        excluded, summed."""
 
     def cut(self, kind: str, mean, scale, params: dict, cut: float, min_rows: int):
         """Each gateway keeps its records whose counted value is at or below ``cut``
@@ -492,16 +509,26 @@ class LocalRecords:
     ----------
     blocks : list of ndarray of shape (N_i, n)
         The gateways' records, unstandardised.
+    reference : list of ndarray of shape (M_i, n), optional
+        Each gateway's trusted records (M_i may be 0), unstandardised.
+    attack : list of ndarray of bool, shape (N_i,), optional
+        Each gateway's records an analyst confirmed as attacks.
 
     Attributes
     ----------
     keep : list of ndarray of bool, shape (N_i,), or None
         The kept records (None: every record).
+    excluded : list of ndarray of bool, shape (N_i,), or None
+        The records :meth:`exclude` dropped from every fit (never kept).
     """
 
-    def __init__(self, blocks: list[np.ndarray]):
+    def __init__(self, blocks: list[np.ndarray], reference=None, attack=None):
         self.blocks = blocks
+        n = blocks[0].shape[1] if blocks else 0
+        self.reference = reference or [np.empty((0, n)) for _ in blocks]
+        self.attack = attack
         self.keep: list[np.ndarray] | None = None
+        self.excluded: list[np.ndarray] | None = None
         self._std = None
 
     def standardized(self, mean, scale) -> list[np.ndarray]:
@@ -521,13 +548,37 @@ class LocalRecords:
         """The kept rows of each block of ``Z``."""
         return Z if self.keep is None else [z[k] for z, k in zip(Z, self.keep, strict=True)]
 
-    def counts(self, kind, mean, scale, params):
-        Z = self.standardized(mean, scale)
+    def _subset(self, subset, mean, scale) -> list[np.ndarray]:
+        if subset == "train":
+            return self.standardized(mean, scale)
+        return [(subset_rows(R, subset) - mean) / scale for R in self.reference]
+
+    def counts(self, kind, mean, scale, params, subset="train"):
+        Z = self._subset(subset, mean, scale)
         return ScoreCounts([counted_values(kind, record_values(kind, z, params)) for z in Z])
+
+    def sums(self, subset, mean, scale):
+        parts = [subset_sums(z) for z in self._subset(subset, mean, scale)]
+        return tuple(sum(p[i] for p in parts) for i in range(3))
+
+    def exclude(self, mean, scale, params):
+        Z = self.standardized(mean, scale)
+        attack = self.attack or [np.zeros(z.shape[0], dtype=bool) for z in Z]
+        radius = float(np.reshape(params["radius"], -1)[0])
+        sigma2 = float(np.reshape(params["sigma2"], -1)[0])
+        self.excluded = [
+            near_attacks(z, a, params["V"], params["lam"], sigma2, radius)
+            for z, a in zip(Z, attack, strict=True)
+        ]
+        self.keep = [~e for e in self.excluded]
+        return int(sum(a.sum() for a in attack)), int(sum(e.sum() for e in self.excluded))
 
     def cut(self, kind, mean, scale, params, cut, min_rows):
         values = [record_values(kind, z, params) for z in self.standardized(mean, scale)]
-        new = [keep_mask(counted_values(kind, v), cut, min_rows) for v in values]
+        counted = [counted_values(kind, v) for v in values]
+        if self.excluded is not None:
+            counted = [np.where(e, np.inf, c) for c, e in zip(counted, self.excluded, strict=True)]
+        new = [keep_mask(c, cut, min_rows) for c in counted]
         old = self.keep
         changed = old is None or not all(map(np.array_equal, new, old))
         self.keep = new
@@ -573,7 +624,17 @@ def median_start(records: TrimRecords, mean, scale, min_rows: int) -> None:
     records.cut("median", mean, scale, params, cut, min_rows)
 
 
-def selection(records: TrimRecords, mean, scale, V, share, contamination, min_rows: int):
+def selection(
+    records: TrimRecords,
+    mean,
+    scale,
+    V,
+    share,
+    contamination,
+    min_rows: int,
+    estimate=None,
+    model=None,
+):
     """The C-step's selection from sums and counts only (see the module docstring).
 
     Each gateway sends its kept count, per-component sums of squared coordinates in
@@ -591,9 +652,14 @@ def selection(records: TrimRecords, mean, scale, V, share, contamination, min_ro
     changed : bool
         Whether any gateway's kept set changed.
     """
-    lam, sigma2 = ppca_from_sums(*records.ppca_sums(mean, scale, V), V.shape[0])
-    share = trim_share(records, mean, scale, V, share, contamination)
+    if model is None:
+        lam, sigma2 = ppca_from_sums(*records.ppca_sums(mean, scale, V), V.shape[0])
+    else:  # the variances of a model fitted elsewhere (the reference start)
+        lam, sigma2 = model
     params = {"V": V, "lam": lam, "sigma2": sigma2}
+    if estimate is not None and share is None and contamination == "auto":
+        share = float(estimate(mean, scale, params))  # the reference's estimate
+    share = trim_share(records, mean, scale, V, share, contamination)
     c = records.counts("ppca", mean, scale, params)
     cut = order_statistic(c.le, kept_count(c.n, share), c.lo, c.hi)
     n_kept, kept_sum, changed = records.cut("ppca", mean, scale, params, cut, min_rows)
@@ -614,6 +680,8 @@ def concentration_steps(
     contamination,
     min_rows: int,
     rescale: bool,
+    start_model=None,
+    estimate=None,
 ):
     """The federated trimming loop, in-process or over Flower (the one driver).
 
@@ -630,7 +698,8 @@ def concentration_steps(
         The standardisation of every record.
     steps : int
         ``trim_steps``; 0 is the one untrimmed fit.
-    start : {"all", "median"}
+    start : {"all", "median", "reference"}
+        ``"reference"``: the first selection is made under ``start_model``.
     share, contamination
         ``trim_share`` and ``contamination``: the share trimmed at a step
         (:func:`trim_share`).
@@ -638,6 +707,12 @@ def concentration_steps(
         Records each gateway keeps at least.
     rescale : bool
         With ``start="median"``: take the scale from the start set.
+    start_model : tuple, optional
+        ``(mean, V, lam, sigma2, share)``: a PPCA of the trusted reference, in the
+        units ``scale``; with ``start="reference"`` ``K_0`` is the selection under it
+        trimming ``share``.
+    estimate : callable, optional
+        ``estimate(mean, scale, params)`` -> the share to trim for ``"auto"``.
 
     Returns
     -------
@@ -662,6 +737,14 @@ def concentration_steps(
         mean, start_scale, _ = standardization_from_moments(combine_moments(records.kept_moments()))
         if rescale:
             scale = start_scale
+    elif steps and start == "reference":
+        ref_mean, ref_V, lam, sigma2, ref_share = start_model
+        record, _ = selection(
+            records, ref_mean, scale, ref_V, ref_share, contamination, min_rows, None, (lam, sigma2)
+        )
+        record.update(changed=True, start="reference")
+        history.append(record)
+        kept = True
     V = fitted = None
     same = False  # whether the kept records are those of the previous fit
     for step in range(steps + 1):
@@ -674,7 +757,9 @@ def concentration_steps(
         V, fitted = fit(mean, scale, V, same)
         if step == steps:
             break
-        record, changed = selection(records, mean, scale, V, share, contamination, min_rows)
+        record, changed = selection(
+            records, mean, scale, V, share, contamination, min_rows, estimate
+        )
         record["changed"] = bool(changed)
         history.append(record)
         # A share of 0 ("auto") after the fit on every record keeps every record again.

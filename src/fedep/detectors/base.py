@@ -35,6 +35,8 @@ from fedep.core.trimming import (
 )
 from fedep.data.readers.frames import release_arrow_memory
 from fedep.detectors.driver import check_rank, fit_gateways
+from fedep.detectors.trust import describe as describe_trust
+from fedep.detectors.trust import share_estimator, trusted_blocks
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways
 from fedep.params import validate_params
@@ -68,6 +70,7 @@ _COMMON_CONSTRAINTS: dict = {
     "trim_steps": [Interval(Integral, 0, None, closed="left")],
     "trim_share": [Interval(Real, 0.0, 0.5, closed="neither"), None],
     "trim_start": [StrOptions(set(TRIM_STARTS))],
+    "reference_fpr": [Interval(Real, 0.0, 0.5, closed="neither")],
     "random_state": ["random_state"],
 }
 _FEDERATION_CONSTRAINTS: dict = {
@@ -88,6 +91,7 @@ _COMMON_SUMMARIES: dict = {
     "trim_steps": "refits without the most anomalous records (0: none)",
     "trim_share": "share trimmed at each refit (none: the contamination)",
     "trim_start": "trim from all records, or the half nearest the median",
+    "reference_fpr": "with a trusted reference: its share flagged (sets the threshold)",
     "random_state": "seed of the initial basis and client sampling",
 }
 _FEDERATION_SUMMARIES: dict = {
@@ -189,7 +193,7 @@ class BaseFederatedDetector(BaseEstimator):
             blocks.append(X[rows[0] : rows[-1] + 1] if contiguous else X[rows])
         return labels, blocks, order
 
-    def fit(self, X, y=None, groups=None):
+    def fit(self, X, y=None, groups=None, *, reference=None, reference_groups=None, feedback=None):
         """Fit the detector on records spread over clients.
 
         Parameters
@@ -201,6 +205,19 @@ class BaseFederatedDetector(BaseEstimator):
         groups : array-like of shape (n_samples,), optional
             Client (gateway) id of each row; all rows form one client if omitted (a
             ``UserWarning`` says so, once per fit; ``clients_`` is then ``[0]``).
+        reference : array-like, optional
+            Traffic each gateway trusts (``docs/reference.md``): a boolean mask of the
+            rows of ``X``, or records of their own (M, n_features), or a DataFrame of
+            ``X``'s columns, with ``reference_groups``. Used from aggregates only: the
+            contamination share (``contamination="auto"``), whether and how much to
+            trim, the trimming start, and ``threshold_`` at ``reference_fpr``.
+        reference_groups : array-like of shape (M,), optional
+            The gateway of each reference record (records of their own only).
+        feedback : array-like of shape (n_samples,), optional
+            Analyst labels per row: ``"benign"`` (joins the reference), ``"attack"``
+            (it and the records near it in the model's terms leave the fit:
+            :func:`fedep.core.feedback.near_attacks`) or empty. ``feedback_`` says
+            how many records each label moved.
 
         Returns
         -------
@@ -221,7 +238,18 @@ class BaseFederatedDetector(BaseEstimator):
         labels, blocks, order = self._split_clients(X, groups)
         del X  # the blocks hold the rows (views of X where they can): one copy, not two
         names = getattr(self, "feature_names_in_", None)
-        gateways = LocalGateways(labels, blocks, pipe, feature_names=names)
+        ref, attack, self.feedback_ = trusted_blocks(
+            blocks,
+            order,
+            labels,
+            reference=reference,
+            reference_groups=reference_groups,
+            feedback=feedback,
+            transform=None if pipe is None else pipe.transform,
+        )
+        gateways = LocalGateways(
+            labels, blocks, pipe, feature_names=names, reference=ref, attack=attack
+        )
         t0 = time.perf_counter()
         out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))
         self.fit_time_ = time.perf_counter() - t0
@@ -236,7 +264,9 @@ class BaseFederatedDetector(BaseEstimator):
             features=pipe,
             rank_reason=out.rank_reason,
         )
-        self.fit_thresholds(None, gateways.standardized(out.std), order)
+        if out.trust is not None and out.trust.get("feedback"):
+            self.feedback_["excluded"] = out.trust["feedback"]["excluded"]
+        self.fit_thresholds(None, gateways.standardized(out.std), order, trust=out.trust)
         return self
 
     def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
@@ -300,7 +330,7 @@ class BaseFederatedDetector(BaseEstimator):
         Z = check_array(Z, dtype=np.float64, ensure_min_samples=2)
         return Z, pipe, [str(c) for c in X.columns]
 
-    def _trimmed_fit(self, records, fit, mean, scale):
+    def _trimmed_fit(self, records, fit, mean, scale, trust=None):
         """``fit`` on every record, or record trimming by concentration steps
         (``trim_steps``; :func:`fedep.core.trimming.concentration_steps`, the one loop
         of the in-process ``fit`` and of a Flower server).
@@ -319,6 +349,9 @@ class BaseFederatedDetector(BaseEstimator):
             feature pipeline that scales: the trimming then refits both on the
             pipeline's outputs, as on raw records).
 
+        trust : fedep.detectors.trust.Trust, optional
+            The reference's and the feedback's decisions (steps, start, share).
+
         Returns
         -------
         mean, scale, V, fitted
@@ -330,8 +363,10 @@ class BaseFederatedDetector(BaseEstimator):
             fit,
             mean,
             scale,
-            steps=int(self.trim_steps),
-            start=self.trim_start,
+            steps=int(self.trim_steps) if trust is None else trust.steps,
+            start=self.trim_start if trust is None else trust.start,
+            start_model=None if trust is None else trust.start_model,
+            estimate=None if trust is None else share_estimator(records, trust),
             share=self.trim_share,
             contamination=self.contamination,
             min_rows=max(self._rank(), 2),
@@ -408,7 +443,7 @@ class BaseFederatedDetector(BaseEstimator):
         if features is None and names is not None and len(names) == self.n_features_in_:
             self.feature_names_out_ = names
 
-    def fit_thresholds(self, Z, blocks, order=None) -> None:
+    def fit_thresholds(self, Z, blocks, order=None, trust=None) -> None:
         """The threshold rule, from training scores only (PyOD's idea of the same name).
 
         ``decision_scores_`` are the global scores of the standardised training rows
@@ -424,6 +459,12 @@ class BaseFederatedDetector(BaseEstimator):
         ``Z`` None: the rows are those of ``blocks``, concatenated, in the training
         order ``order`` (row ``order[i]`` of the training data is the i-th of the
         concatenated blocks), so that no pooled copy of the records is made.
+
+        ``trust`` (:func:`fedep.detectors.trust.finish`; a fit with a reference):
+        ``threshold_`` is its threshold (``reference_fpr`` of the trusted records above
+        it), ``contamination_`` its estimate for ``"auto"``, and each client's
+        threshold the quantile of its own scores at the level ``threshold_`` has among
+        its global scores. ``contamination_reason_`` says how the share was obtained.
         """
         if Z is None:
             scores = np.concatenate([self._global_scores(b, residual_energy) for b in blocks])
@@ -431,18 +472,32 @@ class BaseFederatedDetector(BaseEstimator):
             self.decision_scores_[order] = scores
         else:
             self.decision_scores_ = self._global_scores(Z, residual_energy)
-        if self.contamination == "auto":
+        self.trust_ = trust
+        self.contamination_reason_ = describe_trust(trust, self.contamination)
+        if trust is not None and trust.get("share") is not None:
+            self.contamination_ = float(trust["share"])
+        elif self.contamination == "auto":
             counts = ScoreCounts([log_scores(self.decision_scores_)])
             self.contamination_ = estimate_contamination(counts)
         else:
             self.contamination_ = float(self.contamination)
-        q = 1.0 - self.contamination_
         self.score_mean_ = float(np.mean(self.decision_scores_))
         self.score_std_ = float(np.std(self.decision_scores_))
-        self.threshold_ = float(np.quantile(self.decision_scores_, q))
+        if trust is not None:
+            self.threshold_ = float(trust["threshold"])
+        else:
+            self.threshold_ = float(np.quantile(self.decision_scores_, 1.0 - self.contamination_))
+        levels = []
+        for b in blocks:
+            own = self._global_scores(b, residual_energy) if trust is not None else None
+            levels.append(
+                float(np.mean(own <= self.threshold_))
+                if own is not None
+                else 1.0 - self.contamination_
+            )
         self.client_thresholds_ = np.array(
             [
-                np.quantile(residual_energy(b, self.client_components_[i].T), q)
+                np.quantile(residual_energy(b, self.client_components_[i].T), levels[i])
                 for i, b in enumerate(blocks)
             ]
         )

@@ -19,7 +19,7 @@ class _ClosedForm(BaseFederatedDetector):
     Parameters
     ----------
     n_components, features, standardize, contamination, trim_steps, trim_share,
-        trim_start, random_state
+        trim_start, reference_fpr, random_state
         As in :class:`fedep.FedEP`.
     """
 
@@ -33,6 +33,7 @@ class _ClosedForm(BaseFederatedDetector):
         trim_steps=0,
         trim_share=None,
         trim_start="all",
+        reference_fpr=0.01,
         random_state=None,
     ):
         self.n_components = n_components
@@ -42,6 +43,7 @@ class _ClosedForm(BaseFederatedDetector):
         self.trim_steps = trim_steps
         self.trim_share = trim_share
         self.trim_start = trim_start
+        self.reference_fpr = reference_fpr
         self.random_state = random_state
 
 
@@ -91,7 +93,7 @@ class OneShotPCA(BaseFederatedDetector):
         Rank ``k`` of each client's sketch (default ``2 * n_components_``); ``k`` equal to
         ``n_features`` reproduces pooled PCA exactly.
     features, standardize, contamination, trim_steps, trim_share,
-        trim_start, random_state
+        trim_start, reference_fpr, random_state
         As in :class:`FedEP`.
     """
 
@@ -106,6 +108,7 @@ class OneShotPCA(BaseFederatedDetector):
         trim_steps=0,
         trim_share=None,
         trim_start="all",
+        reference_fpr=0.01,
         random_state=None,
     ):
         self.n_components = n_components
@@ -116,6 +119,7 @@ class OneShotPCA(BaseFederatedDetector):
         self.trim_steps = trim_steps
         self.trim_share = trim_share
         self.trim_start = trim_start
+        self.reference_fpr = reference_fpr
         self.random_state = random_state
 
     _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}

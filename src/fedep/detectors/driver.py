@@ -6,8 +6,9 @@
 2. the moments of their features -> the standardisation (:func:`standardization`);
 3. the rank: ``n_components``, or for ``"auto"`` the optimal hard threshold of the
    spectrum of the summed Gram matrices (:func:`choose_gateway_rank`);
-4. record trimming's concentration steps (:func:`fedep.core.trimming.concentration_steps`)
-   around
+4. what operators know (:mod:`fedep.detectors.trust`: a trusted reference, analyst
+   feedback) and record trimming's concentration steps
+   (:func:`fedep.core.trimming.concentration_steps`) around
 5. a fit on the kept records: the detector's own step (the setup and rounds of FedEP
    and FedPG, with the one-shot start from the gateways' sketches; the closed form of a
    baseline);
@@ -28,6 +29,7 @@ import numpy as np
 
 from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
+from fedep.detectors import trust as trusted
 from fedep.federation.gateways import Gateways, Standardization
 from fedep.federation.rounds import FederationResult
 
@@ -65,6 +67,10 @@ class FitOutcome:
         The gateways of the last fit, in aggregation order.
     finalized : list
         The gateways that confirmed the final model.
+    trust : dict or None
+        What a trusted reference gave (:func:`fedep.detectors.trust.finish`): the
+        threshold, the estimated share and how, the trimming decision, the feedback's
+        counts; None without a reference.
     """
 
     std: Standardization
@@ -77,6 +83,7 @@ class FitOutcome:
     trim_history: list[dict]
     labels: list
     finalized: list = field(default_factory=list)
+    trust: dict | None = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:
@@ -166,9 +173,12 @@ def fit_gateways(
         )
         return V, (client_bases, res, kept_std)
 
+    records = gateways.records()
+    trust = trusted.plan(est, records, std)
     _, _, V, (client_bases, res, final_std) = est._trimmed_fit(
-        gateways.records(), fit_kept, std.mean, std.scale
+        records, fit_kept, std.mean, std.scale, trust=trust
     )
+    est.trust_ = trusted.finish(est, records, trust, final_std.mean, final_std.scale, V)
     outcome = FitOutcome(
         std=final_std,
         rank=est.n_components_,
@@ -179,6 +189,7 @@ def fit_gateways(
         federation=res,
         trim_history=list(est.trim_history_),
         labels=list(gateways.labels),
+        trust=est.trust_,
     )
     outcome.finalized = gateways.finalize(outcome)
     return outcome

@@ -235,7 +235,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         Measured with ``trim_steps=5, trim_share=0.25``: ``"median"`` is far better
         with 20% attacks in the training traffic (NSL-KDD, UNSW-NB15), ``"all"``
         better on clean UNSW-NB15 and with 10-20% on TON-IoT (see
-        :mod:`fedep.core.trimming`).
+        :mod:`fedep.core.trimming`). With a trusted reference (``fit(...,
+        reference=...)``) the steps start from a PPCA of the reference instead.
+    reference_fpr : float in (0, 0.5), default=0.01
+        With a trusted reference (``fit(..., reference=...)``): ``threshold_`` is set
+        so that this share of the reference records scores above it (a stated
+        false-positive rate on trusted traffic) instead of the ``contamination``
+        quantile of the training scores. Unused without a reference.
     random_state : int, Generator or None, default=None
         Seeds the initial basis and client sampling.
     callback : callable or None, default=None
@@ -338,6 +344,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         trim_steps=0,
         trim_share=None,
         trim_start="all",
+        reference_fpr=0.01,
         random_state=None,
         callback=None,
     ):
@@ -362,6 +369,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.trim_steps = trim_steps
         self.trim_share = trim_share
         self.trim_start = trim_start
+        self.reference_fpr = reference_fpr
         self.random_state = random_state
         self.callback = callback
 
@@ -493,6 +501,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         trim_steps=0,
         trim_share=None,
         trim_start="all",
+        reference_fpr=0.01,
         random_state=None,
         callback=None,
     ):
@@ -514,6 +523,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.trim_steps = trim_steps
         self.trim_share = trim_share
         self.trim_start = trim_start
+        self.reference_fpr = reference_fpr
         self.random_state = random_state
         self.callback = callback
 

@@ -136,14 +136,27 @@ class LocalGateways:
         ``groups``: each gateway summarised separately), or None.
     feature_names : sequence of str, optional
         Names of the features (for the one-line error on values whose moments overflow).
+    reference : list of ndarray of shape (M_i, n_features), optional
+        Each gateway's trusted records (:mod:`fedep.core.reference`); only aggregates
+        of them leave :class:`~fedep.core.trimming.LocalRecords`.
+    attack : list of ndarray of bool, shape (N_i,), optional
+        Each gateway's records an analyst confirmed as attacks.
     """
 
-    def __init__(self, labels, blocks: list[np.ndarray], pipeline=None, feature_names=None):
+    def __init__(
+        self,
+        labels,
+        blocks: list[np.ndarray],
+        pipeline=None,
+        feature_names=None,
+        reference=None,
+        attack=None,
+    ):
         self.labels = list(labels)
         self.blocks = blocks
         self.pipeline = pipeline
         self.feature_names = feature_names
-        self._records = LocalRecords(blocks)
+        self._records = LocalRecords(blocks, reference, attack)
         # set by setup(): what the next round_clients() builds its cohort from
         self._std: Standardization | None = None
         self._spec: dict | None = None

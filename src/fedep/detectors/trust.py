@@ -1,0 +1,344 @@
+"""The fit's use of what operators know: a trusted reference and analyst feedback.
+
+Called by the one fit driver (:func:`fedep.detectors.driver.fit_gateways`) around
+record trimming, over any transport (:class:`~fedep.core.trimming.TrimRecords`: count
+and sum queries; no reference record, score or label leaves its gateway):
+
+1. :func:`plan`, before the concentration steps: the gateways' confirmed attacks and
+   the records near them leave the fit (:meth:`TrimRecords.exclude`, in the PPCA of
+   the reference, else of every record); the contamination share is estimated from a
+   PPCA of one half of the reference, scored on the other half
+   (:func:`fedep.core.reference.estimate_share`); trimming is switched on when that
+   share exceeds twice its noise, and starts from the PPCA of the whole reference;
+2. :func:`share_estimator`: the share trimmed at each later step, re-estimated under
+   the current fit (the reference scored out of sample), plus twice its noise;
+3. :func:`finish`, after the fit: the final estimate and the threshold at
+   ``reference_fpr`` of the reference's scores.
+
+Without a reference the fit is unchanged, and says so (``contamination_reason_``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedep.core.feedback import FEEDBACK_RADIUS
+from fedep.core.reference import estimate_share, ppca_from_gram, reference_threshold
+from fedep.core.trimming import REFERENCE_START, ppca_from_sums
+
+__all__ = [
+    "AUTO_TRIM_STEPS",
+    "FEEDBACK_LABELS",
+    "Trust",
+    "plan",
+    "share_estimator",
+    "finish",
+    "describe",
+    "feedback_masks",
+    "trusted_blocks",
+]
+
+#: Concentration steps switched on by a reference estimate above its noise.
+AUTO_TRIM_STEPS = 5
+
+
+@dataclass
+class Trust:
+    """What the reference and the feedback decided before the concentration steps.
+
+    Attributes
+    ----------
+    n_reference : int
+        Trusted records over every gateway (0: none).
+    steps : int
+        Concentration steps to run.
+    start : str
+        Where they start (``trim_start``, or ``"reference"``).
+    start_model : tuple or None
+        ``(mean, V, lam, sigma2, share)`` of the reference's PPCA, in raw units, and
+        the share its selection trims.
+    start_estimate : ShareEstimate or None
+    decision : str
+        One line: whether and how much trimming, and why.
+    feedback : dict or None
+        ``attack_labels`` and ``excluded`` records (summed over the gateways).
+    estimates : list of ShareEstimate
+        The estimates of the later selection steps (:func:`share_estimator`).
+    """
+
+    n_reference: int
+    steps: int
+    start: str
+    start_model: tuple | None = None
+    start_estimate: object = None
+    decision: str = ""
+    feedback: dict | None = None
+    estimates: list = field(default_factory=list)
+
+
+def _raw_model(theta, std):
+    """A PPCA fitted on standardised records -> its mean in raw units."""
+    mean, V, lam, sigma2 = theta
+    return std.mean + mean * std.scale, V, lam, sigma2
+
+
+def _params(theta) -> dict:
+    return {"V": theta[1], "lam": theta[2], "sigma2": theta[3]}
+
+
+def plan(est, records, std) -> Trust:
+    """The reference's and the feedback's decisions before record trimming.
+
+    Parameters
+    ----------
+    est : BaseFederatedDetector
+        Its ``n_components_``, ``contamination``, ``trim_steps``, ``trim_share`` and
+        ``trim_start``.
+    records : TrimRecords
+    std : Standardization
+        The standardisation of every record.
+    """
+    r = int(est.n_components_)
+    mean, scale = std.mean, std.scale
+    n_ref, total, gram = records.sums("reference", mean, scale)
+    n_ref = int(n_ref)
+    trust = Trust(n_reference=n_ref, steps=int(est.trim_steps), start=est.trim_start)
+    ref_theta = ppca_from_gram(n_ref, total, gram, r) if n_ref > r + 1 else None
+    # feedback: attacks and the records near them, in the reference's PPCA when there
+    # is one (attacks cannot have steered it), else in that of every record
+    theta = ref_theta or ppca_from_gram(*records.sums("train", mean, scale), r)
+    raw = _raw_model(theta, std)
+    n_labels, n_excluded = records.exclude(
+        raw[0], scale, {**_params(raw), "radius": FEEDBACK_RADIUS}
+    )
+    if n_labels:
+        trust.feedback = {"attack_labels": int(n_labels), "excluded": int(n_excluded)}
+    if ref_theta is None:
+        if n_ref:
+            trust.decision = (
+                f"{n_ref} reference records: too few for a rank-{r} model (need > {r + 1})"
+            )
+        return trust
+    auto = est.contamination == "auto" and est.trim_share is None
+    n_fit, t_fit, g_fit = records.sums("reference-fit", mean, scale)
+    if auto and n_fit > r + 1 and n_ref - n_fit > 0:
+        half = _raw_model(ppca_from_gram(int(n_fit), t_fit, g_fit, r), std)
+        p = _params(half)
+        trust.start_estimate = estimate_share(
+            records.counts("ppca", half[0], scale, p),
+            records.counts("ppca", half[0], scale, p, "reference-held"),
+        )
+    e = trust.start_estimate
+    if auto and e is not None and trust.steps == 0:
+        if e.share > 2 * e.noise:
+            trust.steps = AUTO_TRIM_STEPS
+            trust.decision = (
+                f"trimming on ({AUTO_TRIM_STEPS} steps): the reference's estimate "
+                f"{100 * e.share:.1f} % exceeds twice its noise ({100 * 2 * e.noise:.1f} %)"
+            )
+        else:
+            trust.decision = (
+                f"no trimming: the reference's estimate {100 * e.share:.1f} % is within twice "
+                f"its noise ({100 * 2 * e.noise:.1f} %)"
+            )
+    if trust.steps:
+        share = min(e.share + 2 * e.noise, 0.5) if auto and e is not None else _given_share(est)
+        trust.start = REFERENCE_START
+        trust.start_model = (*raw, share)
+        trust.decision = (trust.decision + "; " if trust.decision else "") + (
+            f"started from a PPCA of the {n_ref} reference records, trimming {100 * share:.1f} %"
+        )
+    return trust
+
+
+def _given_share(est) -> float:
+    if est.trim_share is not None:
+        return float(est.trim_share)
+    return float(est.contamination) if est.contamination != "auto" else 0.0
+
+
+def share_estimator(records, trust: Trust):
+    """``estimate(mean, scale, params)`` for the later selection steps: the reference's
+    estimate under the current fit plus twice its noise (the safe side), or None
+    without a reference model."""
+    if trust.start_model is None or trust.start_estimate is None:
+        return None
+
+    def estimate(mean, scale, params):
+        e = estimate_share(
+            records.counts("ppca", mean, scale, params),
+            records.counts("ppca", mean, scale, params, "reference"),
+        )
+        trust.estimates.append(e)
+        return min(e.share + 2 * e.noise, 0.5)
+
+    return estimate
+
+
+def finish(est, records, trust: Trust, mean, scale, V) -> dict | None:
+    """After the fit: the final share estimate and the reference threshold.
+
+    Returns
+    -------
+    dict or None
+        None without a reference; else ``threshold`` (a score: ``reference_fpr`` of
+        the reference records score above it), ``share`` and ``share_reason``
+        (None when the share was not estimated), ``n_reference``, ``decision`` and
+        ``feedback``.
+    """
+    if trust.n_reference == 0:
+        return None
+    out = {
+        "n_reference": trust.n_reference,
+        "decision": trust.decision,
+        "feedback": trust.feedback,
+        "share": None,
+        "share_reason": None,
+    }
+    cut = reference_threshold(
+        records.counts("residual", mean, scale, {"V": V}, "reference"), float(est.reference_fpr)
+    )
+    out["threshold"] = float(math.exp(cut))
+    if est.contamination == "auto":
+        lam, sigma2 = ppca_from_sums(*records.ppca_sums(mean, scale, V), V.shape[0])
+        p = {"V": V, "lam": lam, "sigma2": sigma2}
+        e = estimate_share(
+            records.counts("ppca", mean, scale, p),
+            records.counts("ppca", mean, scale, p, "reference"),
+        )
+        out["share"] = e.share
+        out["share_reason"] = e.describe()
+        out["estimate"] = e.as_dict()
+    return out
+
+
+def describe(trust: dict | None, contamination) -> str:
+    """One line on how ``contamination_`` was obtained (``contamination_reason_``)."""
+    if contamination != "auto":
+        return f"contamination={contamination} given"
+    if trust is None or trust.get("share") is None:
+        return (
+            "estimated without a reference from the training scores alone (robust z-score "
+            "of the log-scores above 3): unreliable when attacks are frequent and tight; "
+            "give a trusted reference for an estimate that is"
+        )
+    return str(trust["share_reason"])
+
+
+#: The labels analyst feedback may give a record (``fit(..., feedback=...)``).
+FEEDBACK_LABELS = ("benign", "attack")
+
+
+def feedback_masks(feedback, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``benign`` and ``attack`` masks (n,) of per-row feedback: ``"benign"``,
+    ``"attack"``, or ``""`` / None / NaN for an unlabelled row (one line naming the
+    first bad row otherwise)."""
+    fb = np.asarray(feedback, dtype=object)
+    if fb.shape != (n,):
+        raise ValueError(f"feedback must hold one label per row of X ({n}); got shape {fb.shape}")
+    text = np.array(
+        [
+            "" if v is None or (isinstance(v, float) and v != v) else str(v).strip().lower()
+            for v in fb
+        ]
+    )
+    bad = np.flatnonzero(~np.isin(text, ["", *FEEDBACK_LABELS]))
+    if bad.size:
+        j = int(bad[0])
+        raise ValueError(
+            f"feedback row {j}: label {fb[j]!r} is not one of {', '.join(FEEDBACK_LABELS)} "
+            "(or empty for an unlabelled row)"
+        )
+    return text == "benign", text == "attack"
+
+
+def _per_block(mask: np.ndarray, order: np.ndarray, blocks) -> list[np.ndarray]:
+    """A per-row mask of the training rows, split as ``blocks`` (rows ``order``)."""
+    m = mask[order]
+    ends = np.cumsum([b.shape[0] for b in blocks])
+    return [m[e - b.shape[0] : e] for b, e in zip(blocks, ends, strict=True)]
+
+
+def trusted_blocks(
+    blocks, order, labels, *, reference=None, reference_groups=None, feedback=None, transform=None
+):
+    """Each gateway's reference records and confirmed attacks, from ``fit``'s arguments.
+
+    Parameters
+    ----------
+    blocks : list of ndarray of shape (N_i, n)
+        The gateways' training records (model features).
+    order : ndarray of shape (N,)
+        Row ``order[i]`` of the training data is the i-th of the concatenated blocks.
+    labels : ndarray
+        The gateways' ids, in block order.
+    reference : array-like, optional
+        A boolean mask (N,) of trusted training rows, or trusted records of their own
+        (M, n_features), or a DataFrame with the training columns.
+    reference_groups : array-like of shape (M,), optional
+        The gateway of each trusted record (default: the only gateway).
+    feedback : array-like of shape (N,), optional
+        Per training row: ``"benign"``, ``"attack"`` or empty.
+    transform : callable, optional
+        Turns trusted records into model features (the feature pipeline's).
+
+    Returns
+    -------
+    reference : list of ndarray of shape (M_i, n)
+    attack : list of ndarray of bool, shape (N_i,), or None
+    report : dict
+        ``benign_labels`` (rows that joined the reference), ``attack_labels``.
+    """
+    n_rows = int(sum(b.shape[0] for b in blocks))
+    n_feat = blocks[0].shape[1]
+    ref = [np.empty((0, n_feat)) for _ in blocks]
+    mask = np.zeros(n_rows, dtype=bool)
+    if reference is not None:
+        arr = reference if hasattr(reference, "columns") else np.asarray(reference)
+        if not hasattr(arr, "columns") and arr.ndim == 1:
+            if arr.shape != (n_rows,) or arr.dtype.kind != "b":
+                raise ValueError(
+                    f"reference: a 1-D reference must be a boolean mask of the {n_rows} "
+                    f"training rows; got shape {arr.shape} and type {arr.dtype}"
+                )
+            mask |= arr
+        else:
+            R = np.asarray(transform(arr) if transform is not None else arr, dtype=float)
+            if R.ndim != 2 or R.shape[1] != n_feat:
+                raise ValueError(f"reference: records of shape {R.shape}, not (M, {n_feat})")
+            if not np.isfinite(R).all():
+                raise ValueError("reference: records hold NaN or inf")
+            if reference_groups is None:
+                if len(blocks) != 1:
+                    raise ValueError(
+                        "reference: give reference_groups (the gateway of each record)"
+                    )
+                g = np.zeros(R.shape[0], dtype=int)
+            else:
+                rg = np.asarray(reference_groups)
+                if rg.shape != (R.shape[0],):
+                    raise ValueError(f"reference_groups: shape {rg.shape}, not ({R.shape[0]},)")
+                g = np.searchsorted(labels, rg).clip(0, len(labels) - 1)
+                unknown = np.flatnonzero(np.asarray(labels)[g] != rg)
+                if unknown.size:
+                    raise ValueError(
+                        f"reference_groups: gateway {rg[unknown[0]]!r} (reference row "
+                        f"{int(unknown[0])}) has no training records"
+                    )
+            ref = [R[g == i] for i in range(len(blocks))]
+    report = {"benign_labels": 0, "attack_labels": 0}
+    attack = None
+    if feedback is not None:
+        benign, att = feedback_masks(feedback, n_rows)
+        report = {"benign_labels": int(benign.sum()), "attack_labels": int(att.sum())}
+        mask |= benign & ~mask
+        attack = _per_block(att, order, blocks)
+    if mask.any():
+        ref = [
+            np.concatenate([r, b[m]])
+            for r, b, m in zip(ref, blocks, _per_block(mask, order, blocks), strict=True)
+        ]
+    return ref, attack, report
