@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FEEDBACK_RADIUS", "pair_distance", "near_attacks"]
+__all__ = ["FEEDBACK_RADIUS", "pair_distance", "near_attacks", "exclusion_masks"]
 
 #: Records within ``FEEDBACK_RADIUS * n_features`` of a confirmed attack in squared
 #: PPCA distance (:func:`pair_distance`) count as the same attack. Two independent
@@ -49,3 +49,17 @@ def near_attacks(
     for j in np.flatnonzero(attack):
         out |= pair_distance(Z, Z[j], V, lam, sigma2) <= cut
     return out
+
+
+def exclusion_masks(Z, attack, benign, params: dict) -> list[np.ndarray]:
+    """Per gateway, :func:`near_attacks` of its standardised records ``Z[i]`` and
+    confirmed attacks ``attack[i]``, less its confirmed false positives ``benign[i]``
+    (or None); ``params``: ``V``, ``lam``, ``sigma2``, ``radius`` (scalars may come as
+    arrays of one value, off the wire)."""
+    radius = float(np.reshape(params["radius"], -1)[0])
+    sigma2 = float(np.reshape(params["sigma2"], -1)[0])
+    benign = benign or [np.zeros(z.shape[0], dtype=bool) for z in Z]
+    return [
+        near_attacks(z, a, params["V"], params["lam"], sigma2, radius) & ~b
+        for z, a, b in zip(Z, attack, benign, strict=True)
+    ]

@@ -32,7 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from fedep.core._linalg import thin_svd
-from fedep.core.feedback import near_attacks
+from fedep.core.feedback import exclusion_masks
 from fedep.core.scoring import residual_energy
 from fedep.core.stats import (
     Moments,
@@ -486,7 +486,7 @@ class TrimRecords(Protocol):
 
     def exclude(self, mean, scale, params: dict) -> tuple[int, int]:
         """Each gateway drops from every later fit its records near its confirmed
-        attacks (:func:`fedep.core.reference.near_attacks` with ``params`` ``V``,
+        attacks (:func:`fedep.core.feedback.near_attacks` with ``params`` ``V``,
         ``lam``, ``sigma2``, ``radius``); returns the attack labels and the records
         excluded, summed."""
 
@@ -511,8 +511,9 @@ class LocalRecords:
         The gateways' records, unstandardised.
     reference : list of ndarray of shape (M_i, n), optional
         Each gateway's trusted records (M_i may be 0), unstandardised.
-    attack : list of ndarray of bool, shape (N_i,), optional
-        Each gateway's records an analyst confirmed as attacks.
+    attack, benign : list of ndarray of bool, shape (N_i,), optional
+        Each gateway's records an analyst confirmed as attacks / as false positives
+        (never trimmed nor excluded).
 
     Attributes
     ----------
@@ -522,11 +523,11 @@ class LocalRecords:
         The records :meth:`exclude` dropped from every fit (never kept).
     """
 
-    def __init__(self, blocks: list[np.ndarray], reference=None, attack=None):
+    def __init__(self, blocks: list[np.ndarray], reference=None, attack=None, benign=None):
         self.blocks = blocks
         n = blocks[0].shape[1] if blocks else 0
         self.reference = reference or [np.empty((0, n)) for _ in blocks]
-        self.attack = attack
+        self.attack, self.benign = attack, benign
         self.keep: list[np.ndarray] | None = None
         self.excluded: list[np.ndarray] | None = None
         self._std = None
@@ -563,13 +564,10 @@ class LocalRecords:
 
     def exclude(self, mean, scale, params):
         Z = self.standardized(mean, scale)
-        attack = self.attack or [np.zeros(z.shape[0], dtype=bool) for z in Z]
-        radius = float(np.reshape(params["radius"], -1)[0])
-        sigma2 = float(np.reshape(params["sigma2"], -1)[0])
-        self.excluded = [
-            near_attacks(z, a, params["V"], params["lam"], sigma2, radius)
-            for z, a in zip(Z, attack, strict=True)
-        ]
+        if self.attack is None or not any(a.any() for a in self.attack):
+            return 0, 0
+        self.excluded = exclusion_masks(Z, self.attack, self.benign, params)
+        attack = self.attack
         self.keep = [~e for e in self.excluded]
         return int(sum(a.sum() for a in attack)), int(sum(e.sum() for e in self.excluded))
 
@@ -578,6 +576,8 @@ class LocalRecords:
         counted = [counted_values(kind, v) for v in values]
         if self.excluded is not None:
             counted = [np.where(e, np.inf, c) for c, e in zip(counted, self.excluded, strict=True)]
+        if self.benign is not None:
+            counted = [np.where(b, -np.inf, c) for c, b in zip(counted, self.benign, strict=True)]
         new = [keep_mask(c, cut, min_rows) for c in counted]
         old = self.keep
         changed = old is None or not all(map(np.array_equal, new, old))

@@ -214,7 +214,8 @@ class BaseFederatedDetector(BaseEstimator):
         reference_groups : array-like of shape (M,), optional
             The gateway of each reference record (records of their own only).
         feedback : array-like of shape (n_samples,), optional
-            Analyst labels per row: ``"benign"`` (joins the reference), ``"attack"``
+            Analyst labels per row: ``"benign"`` (trusted: never trimmed nor excluded),
+            ``"attack"``
             (it and the records near it in the model's terms leave the fit:
             :func:`fedep.core.feedback.near_attacks`) or empty. ``feedback_`` says
             how many records each label moved.
@@ -238,7 +239,7 @@ class BaseFederatedDetector(BaseEstimator):
         labels, blocks, order = self._split_clients(X, groups)
         del X  # the blocks hold the rows (views of X where they can): one copy, not two
         names = getattr(self, "feature_names_in_", None)
-        ref, attack, self.feedback_ = trusted_blocks(
+        ref, attack, benign, self.feedback_ = trusted_blocks(
             blocks,
             order,
             labels,
@@ -248,7 +249,7 @@ class BaseFederatedDetector(BaseEstimator):
             transform=None if pipe is None else pipe.transform,
         )
         gateways = LocalGateways(
-            labels, blocks, pipe, feature_names=names, reference=ref, attack=attack
+            labels, blocks, pipe, feature_names=names, reference=ref, attack=attack, benign=benign
         )
         t0 = time.perf_counter()
         out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))

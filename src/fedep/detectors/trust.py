@@ -288,9 +288,10 @@ def trusted_blocks(
     Returns
     -------
     reference : list of ndarray of shape (M_i, n)
-    attack : list of ndarray of bool, shape (N_i,), or None
+    attack, benign : list of ndarray of bool, shape (N_i,), or None
+        The confirmed attacks and false positives per gateway.
     report : dict
-        ``benign_labels`` (rows that joined the reference), ``attack_labels``.
+        ``benign_labels`` (rows protected from trimming), ``attack_labels``.
     """
     n_rows = int(sum(b.shape[0] for b in blocks))
     n_feat = blocks[0].shape[1]
@@ -330,15 +331,15 @@ def trusted_blocks(
                     )
             ref = [R[g == i] for i in range(len(blocks))]
     report = {"benign_labels": 0, "attack_labels": 0}
-    attack = None
+    attack = benign_blocks = None
     if feedback is not None:
         benign, att = feedback_masks(feedback, n_rows)
         report = {"benign_labels": int(benign.sum()), "attack_labels": int(att.sum())}
-        mask |= benign & ~mask
         attack = _per_block(att, order, blocks)
+        benign_blocks = _per_block(benign, order, blocks)
     if mask.any():
         ref = [
             np.concatenate([r, b[m]])
             for r, b, m in zip(ref, blocks, _per_block(mask, order, blocks), strict=True)
         ]
-    return ref, attack, report
+    return ref, attack, benign_blocks, report

@@ -139,8 +139,8 @@ class LocalGateways:
     reference : list of ndarray of shape (M_i, n_features), optional
         Each gateway's trusted records (:mod:`fedep.core.reference`); only aggregates
         of them leave :class:`~fedep.core.trimming.LocalRecords`.
-    attack : list of ndarray of bool, shape (N_i,), optional
-        Each gateway's records an analyst confirmed as attacks.
+    attack, benign : list of ndarray of bool, shape (N_i,), optional
+        Each gateway's records an analyst confirmed as attacks / as false positives.
     """
 
     def __init__(
@@ -151,12 +151,13 @@ class LocalGateways:
         feature_names=None,
         reference=None,
         attack=None,
+        benign=None,
     ):
         self.labels = list(labels)
         self.blocks = blocks
         self.pipeline = pipeline
         self.feature_names = feature_names
-        self._records = LocalRecords(blocks, reference, attack)
+        self._records = LocalRecords(blocks, reference, attack, benign)
         # set by setup(): what the next round_clients() builds its cohort from
         self._std: Standardization | None = None
         self._spec: dict | None = None
