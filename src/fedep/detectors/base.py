@@ -147,6 +147,7 @@ class BaseFederatedDetector(BaseEstimator):
     #: Fitted scalars written to model files besides ``threshold_``/``n_features_in_``.
     persisted_scalars: tuple[str, ...] = (
         "contamination_",
+        "contamination_reason_",
         "score_mean_",
         "score_std_",
         "n_components_",

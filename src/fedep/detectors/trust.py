@@ -28,6 +28,7 @@ import numpy as np
 from fedep.core.feedback import FEEDBACK_RADIUS
 from fedep.core.reference import estimate_share, ppca_from_gram, reference_threshold
 from fedep.core.trimming import REFERENCE_START, ppca_from_sums
+from fedep.data.feedback import FEEDBACK_LABELS
 
 __all__ = [
     "AUTO_TRIM_STEPS",
@@ -226,10 +227,6 @@ def describe(trust: dict | None, contamination) -> str:
             "give a trusted reference for an estimate that is"
         )
     return str(trust["share_reason"])
-
-
-#: The labels analyst feedback may give a record (``fit(..., feedback=...)``).
-FEEDBACK_LABELS = ("benign", "attack")
 
 
 def feedback_masks(feedback, n: int) -> tuple[np.ndarray, np.ndarray]:

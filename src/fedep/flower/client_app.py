@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import functools
 import json
-from logging import ERROR
+import math
+from logging import ERROR, WARNING
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +34,9 @@ from flwr.common.logger import log
 
 from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
+from fedep.core.feedback import exclusion_masks
 from fedep.core.rank import client_gram
-from fedep.core.stats import client_moments
+from fedep.core.stats import client_moments, subset_rows, subset_sums
 from fedep.core.trimming import (
     ScoreCounts,
     counted_values,
@@ -65,6 +67,8 @@ _STD = "fedep.std"  # mean, scale, constant
 _COHORT = "fedep.cohort"  # the cohort's state_arrays()
 _META = "fedep.meta"  # label, feature names, pipeline, method, parameters, cohort spec
 _KEEP = "fedep.keep"  # the records kept by record trimming (local only; absent: all)
+_REF = "fedep.reference"  # the trusted reference records, model features (local only)
+_FEEDBACK = "fedep.feedback"  # confirmed attacks / false positives, excluded (local only)
 
 
 def _meta(context: Context) -> dict:
@@ -99,6 +103,56 @@ def _kept_block(context: Context) -> np.ndarray:
     """The standardised records the model is fitted on: the kept ones."""
     Z, keep = _block(context), _keep(context)
     return Z if keep is None else Z[keep]
+
+
+def _reference(context: Context, n_features: int) -> np.ndarray:
+    """The gateway's trusted records (node config ``reference-path``: a file of the
+    training file's columns, normal traffic only), as model features; (0, n) without."""
+    if _REF in context.state.array_records:
+        return arrays_of(context.state[_REF])["R"]
+    cfg = dict(context.node_config)
+    path = cfg.get("reference-path")
+    if not path:
+        R = np.empty((0, n_features))
+    else:
+        ref_cfg = {**cfg, "data-path": str(path)}
+        ref_cfg.pop("label-column", None)
+        meta = _meta(context)
+        if meta.get("features"):
+            pipe = _pipeline(meta["features"])
+            df, _ = load_gateway_table(ref_cfg)
+            R = pipe.transform(df)
+        else:
+            R = load_gateway_data(ref_cfg)[0]
+        if R.ndim != 2 or R.shape[1] != n_features:
+            raise GatewayDataError(
+                f"gateway data: reference {path}: {R.shape[1]} features, the training "
+                f"records have {n_features}"
+            )
+    context.state[_REF] = to_array_record(R=np.asarray(R, dtype=float))
+    return arrays_of(context.state[_REF])["R"]
+
+
+def _feedback(context: Context, n_records: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The gateway's confirmed attacks and false positives (node config
+    ``feedback-path``: :func:`fedep.data.feedback.read_feedback`, row numbers of its
+    training table or ``feedback-key`` values), or None without a file."""
+    path = context.node_config.get("feedback-path")
+    if not path:
+        return None
+    from fedep.data.feedback import read_feedback  # start-up time: see the module docstring
+
+    keys = None
+    key = context.node_config.get("feedback-key")
+    if key:
+        df, _ = load_gateway_table(context.node_config)
+        if key not in df.columns:
+            raise GatewayDataError(f"gateway data: feedback-key {key!r}: no such column")
+        keys = df[key].to_numpy()
+    fb = read_feedback(path, n_records, keys)
+    if fb.unknown:
+        log(WARNING, "fedep: %s", fb.describe(path))
+    return fb.labels == "attack", fb.labels == "benign"
 
 
 def _estimator(meta: dict):
@@ -202,8 +256,9 @@ def moments(msg: Message, context: Context) -> Message:
     """
     feats = _json_of(msg, "features")
     mode = feats.get("mode", "numeric")
-    if _KEEP in context.state.array_records:
-        del context.state[_KEEP]  # a new fit keeps every record until trimming says
+    for key in (_KEEP, _FEEDBACK, _REF):  # a new fit: every record until trimming says
+        if key in context.state.array_records:
+            del context.state[key]
     try:
         if mode == "pipeline":
             pipe = _pipeline(feats["pipeline"])
@@ -318,15 +373,45 @@ def trim(msg: Message, context: Context) -> Message:
       in ``V``.
     """
     q = _json_of(msg, "trim")
-    op, kind = q["op"], q.get("kind", "")
+    op, kind, subset = q["op"], q.get("kind", ""), q.get("subset", "train")
     X = arrays_of(context.state[_DATA])["X"]
     keep = _keep(context)
     if op == "moments":
         return _moments_reply(msg, X if keep is None else X[keep], _meta(context)["label"])
     std = arrays_of(msg.content["std"])
-    Z = (X - std["mean"]) / std["scale"]
     rec = msg.content.array_records.get("params")
     params = {} if rec is None else arrays_of(rec)
+    if subset != "train":
+        try:
+            R = subset_rows(_reference(context, X.shape[1]), subset)
+        except ValueError as exc:
+            return _data_error(msg, exc, context)
+        X = R  # the reference's values below; never a record or a value leaves
+    Z = (X - std["mean"]) / std["scale"]
+    if op == "sums":
+        count, total, gram = subset_sums(Z)
+        content = RecordDict(
+            {
+                "sums": to_array_record(total=total, gram=gram),
+                "count": MetricRecord({"count": count}),
+            }
+        )
+        return Message(content, reply_to=msg)
+    if op == "exclude":
+        try:
+            fb = _feedback(context, X.shape[0])
+        except ValueError as exc:
+            return _data_error(msg, exc, context)
+        n_labels = n_excluded = 0
+        if fb is not None and fb[0].any():
+            excluded = exclusion_masks([Z], [fb[0]], [fb[1]], params)[0]
+            context.state[_FEEDBACK] = to_array_record(excluded=excluded, benign=fb[1])
+            context.state[_KEEP] = to_array_record(keep=~excluded)
+            n_labels, n_excluded = int(fb[0].sum()), int(excluded.sum())
+        elif fb is not None:
+            context.state[_FEEDBACK] = to_array_record(excluded=np.zeros_like(fb[1]), benign=fb[1])
+        counts = {"attack-labels": n_labels, "excluded": n_excluded, "count": int(X.shape[0])}
+        return Message(RecordDict({"count": MetricRecord(counts)}), reply_to=msg)
     if op == "ppca-sums":
         count, sum_t2, sum_res = ppca_sums(Z, params["V"], keep)
         content = RecordDict(
@@ -339,6 +424,11 @@ def trim(msg: Message, context: Context) -> Message:
     values = record_values(kind, Z, params)
     counted = counted_values(kind, values)
     if op == "cut":
+        fb = context.state.array_records.get(_FEEDBACK)
+        if fb is not None:  # confirmed attacks never kept, confirmed false positives always
+            fb = arrays_of(fb)
+            counted = np.where(fb["excluded"].astype(bool), np.inf, counted)
+            counted = np.where(fb["benign"].astype(bool), -np.inf, counted)
         new = keep_mask(counted, float(q["cut"]), int(q["min-rows"]))
         changed = keep is None or not np.array_equal(new, keep)
         context.state[_KEEP] = to_array_record(keep=new)
@@ -413,6 +503,19 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+def _trust_of(trust) -> dict | None:
+    """The server's reference threshold and share (``FitOutcome.trust``), checked: a
+    finite positive threshold and a share in [0, 0.5] or None."""
+    if trust is None:
+        return None
+    th, share = float(trust["threshold"]), trust.get("share")
+    if not (math.isfinite(th) and th >= 0):
+        raise ValueError(f"reference threshold {th!r} from the server")
+    if share is not None and not 0.0 <= float(share) <= 0.5:
+        raise ValueError(f"contamination share {share!r} from the server")
+    return {"threshold": th, "share": share, "share_reason": str(trust.get("share_reason"))}
+
+
 def gateway_model(context: Context, components: np.ndarray, final: dict):
     """The gateway's fitted detector: global basis + its personalised basis (and the
     run's feature pipeline, ``features_``, when the gateway's table went through one).
@@ -440,7 +543,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         features=pipe,
         rank_reason=meta.get("rank_reason") or None,
     )
-    det.fit_thresholds(block, [block])
+    det.fit_thresholds(block, [block], trust=_trust_of(final.get("trust")))
     res = FederationResult(
         V=final["V"],
         history=final["history"],

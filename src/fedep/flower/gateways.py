@@ -391,6 +391,7 @@ class FlowerGateways:
             "n_rounds": res.n_rounds,
             "stop_reason": res.stop_reason,
             "trim_history": outcome.trim_history,
+            "trust": outcome.trust,
         }
         content = RecordDict(
             {
@@ -512,9 +513,12 @@ class RemoteCounts:
     ``query.trim`` exchange, each gateway answering with the counts of its own values.
     """
 
-    def __init__(self, records: RemoteRecords, kind: str, std: dict, params: dict):
+    def __init__(
+        self, records: RemoteRecords, kind: str, std: dict, params: dict, subset: str = "train"
+    ):
         self.records, self.kind, self.std, self.params = records, kind, std, params
         self.columns = kind == "coords"
+        self.cfg = {} if subset == "train" else {"subset": subset}
 
         def range_of(rep):
             a = arrays_of(rep.content["range"])
@@ -526,10 +530,12 @@ class RemoteCounts:
                 raise ValueError("count < 0")
             return lo, hi, n
 
-        replies = records.ask("range", kind, std, params)
+        replies = records.ask("range", kind, std, params, **self.cfg)
         ranges = records.parse(replies, range_of)
-        lo = np.min([r[0] for r in ranges], axis=0)
-        hi = np.max([r[1] for r in ranges], axis=0)
+        # a gateway with no values of the subset (no reference) bounds nothing
+        held = [r for r in ranges if r[2] > 0] or ranges
+        lo = np.min([r[0] for r in held], axis=0)
+        hi = np.max([r[1] for r in held], axis=0)
         # each gateway's count bounds its answers: a count search adds up what the
         # gateways say, so one that claims more values than it declared, or counts that
         # fall as the cut grows, would move the cut for every gateway
@@ -555,7 +561,7 @@ class RemoteCounts:
                 raise ValueError("counts that fall as the cut grows")
             return c
 
-        reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg)
+        reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg, **self.cfg)
         return sum(self.records.parse(reps, counts_of, labelled=True))
 
     def le(self, t) -> np.ndarray:
@@ -624,8 +630,44 @@ class RemoteRecords:
                 ) from None
         return out
 
-    def counts(self, kind, mean, scale, params):
-        return RemoteCounts(self, kind, {"mean": mean, "scale": scale}, params)
+    def counts(self, kind, mean, scale, params, subset="train"):
+        return RemoteCounts(self, kind, {"mean": mean, "scale": scale}, params, subset)
+
+    def sums(self, subset, mean, scale):
+        n = np.asarray(mean).shape[0]
+
+        def sums_of(rep):
+            a = arrays_of(rep.content["sums"])
+            total, gram = np.asarray(a["total"], dtype=float), np.asarray(a["gram"], dtype=float)
+            count = int(rep.content["count"]["count"])
+            if total.shape != (n,) or gram.shape != (n, n) or count < 0:
+                raise ValueError(f"sums of shapes {total.shape}, {gram.shape}, count {count}")
+            if not (np.isfinite(total).all() and np.isfinite(gram).all()):
+                raise ValueError("sums not finite")
+            # a Gram matrix is symmetric with a non-negative diagonal bounded by its count
+            if not np.allclose(gram, gram.T) or (np.diag(gram) < 0).any():
+                raise ValueError("a Gram matrix that is not symmetric positive")
+            return count, total, gram
+
+        reps = self.ask("sums", "", {"mean": mean, "scale": scale}, None, subset=subset)
+        parts = self.parse(reps, sums_of)
+        return tuple(sum(p[i] for p in parts) for i in range(3))
+
+    def exclude(self, mean, scale, params):
+        def counts_of(rep):
+            c = rep.content["count"]
+            n_labels, n_excluded = int(c["attack-labels"]), int(c["excluded"])
+            if not 0 <= n_labels <= n_excluded or n_excluded > self.gw_count(rep):
+                raise ValueError(f"{n_labels} attack labels and {n_excluded} records excluded")
+            return n_labels, n_excluded
+
+        reps = self.ask("exclude", "", {"mean": mean, "scale": scale}, params)
+        parts = self.parse(reps, counts_of)
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+    def gw_count(self, rep) -> int:
+        """The records a gateway's reply says it holds (bounds its exclusion count)."""
+        return int(rep.content["count"]["count"])
 
     def cut(self, kind, mean, scale, params, cut, min_rows):
         std = {"mean": mean, "scale": scale}

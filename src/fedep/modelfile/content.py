@@ -196,6 +196,7 @@ _SCALARS: dict[str, _Value] = {
     # the dtype kind of ``clients_`` at fit (strings are stored as "U"): see _CLIENT_KINDS
     "clients_kind": _Value("str", choices=("b", "i", "u", "f", "U", "S", "O")),
     "contamination_": _Value("real", lo=0, hi=0.5),
+    "contamination_reason_": _Value("str", nonempty=True),
     "score_mean_": _Value("real"),
     "score_std_": _Value("real", lo=0),
     "n_components_": _Value("int", lo=1),
