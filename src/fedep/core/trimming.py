@@ -69,7 +69,6 @@ __all__ = [
     "trim_share",
     "median_start",
     "TRIM_STARTS",
-    "REFERENCE_START",
     "selection",
     "concentration_steps",
     "describe_trimming",
@@ -78,8 +77,6 @@ __all__ = [
 #: Where the concentration steps start (``trim_start``): from every record, or from
 #: the records nearest the coordinate-wise median (:func:`median_start`).
 TRIM_STARTS = ("all", "median")
-#: The start a trusted reference gives (:mod:`fedep.core.reference`; chosen by the fit).
-REFERENCE_START = "reference"
 
 #: Robust z-score above which a record counts as contamination (chosen on synthetic
 #: data: see ``tests/core/test_trimming.py`` and ``benchmarks/bench_contaminated.py``).
@@ -682,6 +679,7 @@ def concentration_steps(
     rescale: bool,
     start_model=None,
     estimate=None,
+    kept: bool = False,
 ):
     """The federated trimming loop, in-process or over Flower (the one driver).
 
@@ -713,6 +711,8 @@ def concentration_steps(
         trimming ``share``.
     estimate : callable, optional
         ``estimate(mean, scale, params)`` -> the share to trim for ``"auto"``.
+    kept : bool
+        Whether the records already hold a kept set (feedback's exclusions).
 
     Returns
     -------
@@ -725,7 +725,6 @@ def concentration_steps(
         any gateway's kept set changed at that step (:func:`describe_trimming`).
     """
     history: list[dict] = []
-    kept = False
     if steps and start == "median":
         median_start(records, mean, scale, min_rows)
         kept = True

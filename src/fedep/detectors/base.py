@@ -266,8 +266,7 @@ class BaseFederatedDetector(BaseEstimator):
             features=pipe,
             rank_reason=out.rank_reason,
         )
-        if out.trust is not None and out.trust.get("feedback"):
-            self.feedback_["excluded"] = out.trust["feedback"]["excluded"]
+        self.feedback_["excluded"] = 0 if out.feedback is None else out.feedback["excluded"]
         self.fit_thresholds(None, gateways.standardized(out.std), order, trust=out.trust)
         return self
 
@@ -369,6 +368,7 @@ class BaseFederatedDetector(BaseEstimator):
             start=self.trim_start if trust is None else trust.start,
             start_model=None if trust is None else trust.start_model,
             estimate=None if trust is None else share_estimator(records, trust),
+            kept=trust is not None and bool(trust.feedback and trust.feedback["excluded"]),
             share=self.trim_share,
             contamination=self.contamination,
             min_rows=max(self._rank(), 2),

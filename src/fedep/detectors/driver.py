@@ -71,6 +71,9 @@ class FitOutcome:
         What a trusted reference gave (:func:`fedep.detectors.trust.finish`): the
         threshold, the estimated share and how, the trimming decision, the feedback's
         counts; None without a reference.
+    feedback : dict or None
+        The confirmed attacks and the records they excluded, summed over the gateways
+        (None without confirmed attacks).
     """
 
     std: Standardization
@@ -84,6 +87,7 @@ class FitOutcome:
     labels: list
     finalized: list = field(default_factory=list)
     trust: dict | None = None
+    feedback: dict | None = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:
@@ -190,6 +194,7 @@ def fit_gateways(
         trim_history=list(est.trim_history_),
         labels=list(gateways.labels),
         trust=est.trust_,
+        feedback=trust.feedback,
     )
     outcome.finalized = gateways.finalize(outcome)
     return outcome

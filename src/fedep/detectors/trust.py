@@ -27,7 +27,7 @@ import numpy as np
 
 from fedep.core.feedback import FEEDBACK_RADIUS
 from fedep.core.reference import estimate_share, ppca_from_gram, reference_threshold
-from fedep.core.trimming import REFERENCE_START, ppca_from_sums
+from fedep.core.trimming import ppca_from_sums
 from fedep.data.feedback import FEEDBACK_LABELS
 
 __all__ = [
@@ -42,6 +42,8 @@ __all__ = [
     "trusted_blocks",
 ]
 
+#: The start of the concentration steps a trusted reference gives (``trim_history_``).
+REFERENCE_START = "reference"
 #: Concentration steps switched on by a reference estimate above its noise.
 AUTO_TRIM_STEPS = 5
 
@@ -323,7 +325,7 @@ def trusted_blocks(
                 unknown = np.flatnonzero(np.asarray(labels)[g] != rg)
                 if unknown.size:
                     raise ValueError(
-                        f"reference_groups: gateway {rg[unknown[0]]!r} (reference row "
+                        f"reference_groups: gateway {rg[unknown[0]].tolist()!r} (reference row "
                         f"{int(unknown[0])}) has no training records"
                     )
             ref = [R[g == i] for i in range(len(blocks))]
