@@ -42,10 +42,10 @@ def test_share_estimate_is_within_its_noise_of_the_planted_share(share):
         eps = (ref > s[q - 1]).mean()
         assert e.reference_exceedance == pytest.approx(eps)
 
-        def expect(cut):
-            return min(max(((train > cut).mean() - eps) / (1 - eps), 0), 0.5)
-
-        assert expect(s[q]) - 1e-12 <= e.share <= expect(s[q - 1]) + 1e-12
+        lo, hi = (
+            min(max(((train > cut).mean() - eps) / (1 - eps), 0), 0.5) for cut in (s[q], s[q - 1])
+        )
+        assert lo - 1e-12 <= e.share <= hi + 1e-12
         assert e.noise == pytest.approx(share_noise(1 - e.level, 400))
         errors.append(abs(e.share - k / n))
     # within 3 points in every seed, and within 3 standard deviations of its noise
