@@ -50,6 +50,12 @@ from fedep.cli._common import (
     methods_text,
 )
 from fedep.cli.training import load_training, numeric_columns
+from fedep.cli.trusted import (
+    add_trust_options,
+    describe_trust,
+    reference_columns,
+    trust_inputs,
+)
 from fedep.core.trimming import describe_trimming
 from fedep.detectors import METHODS, detector_param_table, make_estimator
 from fedep.features import FeatureError, format_decisions
@@ -97,6 +103,7 @@ def register(sub) -> None:
     )
     add_data_source(p)
     add_clients(p, random_state=False)
+    add_trust_options(p)
     add_estimator_options(p, pipeline_table(), detector_param_table())
     p.set_defaults(func=cmd_fit)
 
@@ -156,6 +163,7 @@ def cmd_fit(args) -> int:
     det = build_estimator(args)  # before any data is read
     t0 = time.perf_counter()
     data = load_training(args, args.protocol, seed=partition_seed(det))
+    trust_kw, trust_lines = trust_inputs(args, data, partition_seed(det))
     t_load = time.perf_counter() - t0
     params = det.get_params(deep=False)
     progress = None
@@ -170,6 +178,12 @@ def cmd_fit(args) -> int:
         if ignored:
             info(f"--features numeric: ignoring non-numeric column(s) {ignored}", args.quiet)
         frame = frame[keep]
+    if hasattr(trust_kw.get("reference"), "columns"):  # trusted records: the same columns
+        trust_kw["reference"], missing = reference_columns(trust_kw["reference"], frame.columns)
+        if missing:
+            info(f"--reference: the files lack column(s) {missing[:5]}: missing values", args.quiet)
+    for line in trust_lines:
+        info(line, args.quiet)
     n_rows, n_cols = frame.shape
     info(
         f"training {type(det).__name__} (rank {det.n_components}) on {n_rows} rows x "
@@ -186,7 +200,7 @@ def cmd_fit(args) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            det.fit(handover.pop(), groups=data.groups)
+            det.fit(handover.pop(), groups=data.groups, **trust_kw)
     except FeatureError as exc:
         raise _located(exc, data) from None
     finally:
@@ -204,14 +218,10 @@ def cmd_fit(args) -> int:
         print(f"feature pipeline: {n_cols} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))
     print(f"rank {det.n_components_} ({det.rank_reason_})")
-    if det.trim_steps:
+    if det.n_trim_steps_:
         print(describe_trimming(det.trim_history_, n_rows))
-    if det.contamination == "auto":
-        print(
-            f"contamination: {100 * det.contamination_:.2f} % of the training records, "
-            "estimated from their scores without labels (the threshold is their "
-            f"{100 * (1 - det.contamination_):.2f}th percentile)"
-        )
+    for line in describe_trust(det):
+        print(line)
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")
