@@ -180,6 +180,8 @@ def cmd_fit(args) -> int:
         frame = frame[keep]
     if hasattr(trust_kw.get("reference"), "columns"):  # trusted records: the same columns
         trust_kw["reference"], missing = reference_columns(trust_kw["reference"], frame.columns)
+        if missing and isinstance(det.features, str) and det.features == "numeric":
+            raise ValueError(f"--reference: the files lack training column(s) {missing[:5]}")
         if missing:
             info(f"--reference: the files lack column(s) {missing[:5]}: missing values", args.quiet)
     for line in trust_lines:
