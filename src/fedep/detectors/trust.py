@@ -11,7 +11,8 @@ and sum queries; no reference record, score or label leaves its gateway):
    (:func:`fedep.core.reference.estimate_share`); trimming is switched on when that
    share exceeds twice its noise, and starts from the PPCA of the whole reference;
 2. :func:`share_estimator`: the share trimmed at each later step, re-estimated under
-   the current fit (the reference scored out of sample), plus twice its noise;
+   the current fit (the reference scored out of sample): twice the estimate plus twice
+   its noise (:func:`trim_for`: the estimate is a lower bound);
 3. :func:`finish`, after the fit: the final estimate and the threshold at
    ``reference_fpr`` of the reference's scores.
 
@@ -44,6 +45,12 @@ __all__ = [
 
 #: The start of the concentration steps a trusted reference gives (``trim_history_``).
 REFERENCE_START = "reference"
+#: The share trimmed per estimated share (:func:`trim_for`): the estimate counts only the
+#: attacks above the reference's high quantile, a lower bound where attacks overlap
+#: normal traffic (NSL-KDD, 20 % injected: 9 % estimated; trimming 16 % kept the
+#: attacks, ROC AUC 0.888, trimming 30 % gave 0.942). Trimming normal records costs
+#: little; keeping attacks costs much.
+TRIM_FACTOR = 2.0
 #: Concentration steps switched on by a reference estimate above its noise.
 AUTO_TRIM_STEPS = 5
 
@@ -148,13 +155,19 @@ def plan(est, records, std) -> Trust:
                 f"its noise ({100 * 2 * e.noise:.1f} %)"
             )
     if trust.steps:
-        share = min(e.share + 2 * e.noise, 0.5) if auto and e is not None else _given_share(est)
+        share = trim_for(e) if auto and e is not None else _given_share(est)
         trust.start = REFERENCE_START
         trust.start_model = (*raw, share)
         trust.decision = (trust.decision + "; " if trust.decision else "") + (
             f"started from a PPCA of the {n_ref} reference records, trimming {100 * share:.1f} %"
         )
     return trust
+
+
+def trim_for(e) -> float:
+    """The share to trim for the estimate ``e``: ``TRIM_FACTOR * (share + 2 noise)``,
+    at most 0.5."""
+    return min(TRIM_FACTOR * (e.share + 2 * e.noise), 0.5)
 
 
 def _given_share(est) -> float:
@@ -164,9 +177,9 @@ def _given_share(est) -> float:
 
 
 def share_estimator(records, trust: Trust):
-    """``estimate(mean, scale, params)`` for the later selection steps: the reference's
-    estimate under the current fit plus twice its noise (the safe side), or None
-    without a reference model."""
+    """``estimate(mean, scale, params)`` for the later selection steps: :func:`trim_for`
+    of the reference's estimate under the current fit, or None without a reference
+    model."""
     if trust.start_model is None or trust.start_estimate is None:
         return None
 
@@ -176,7 +189,7 @@ def share_estimator(records, trust: Trust):
             records.counts("ppca", mean, scale, params, "reference"),
         )
         trust.estimates.append(e)
-        return min(e.share + 2 * e.noise, 0.5)
+        return trim_for(e)
 
     return estimate
 
