@@ -196,9 +196,9 @@ def test_the_untouched_file_loads_and_scores(model, tmp_path):
 def test_every_scalar_of_the_wrong_type_is_refused(model, value):
     d, good = model
     meta, _ = read_model_file(good)
-    assert len(meta["scalars"]) == 10
+    assert len(meta["scalars"]) == 11
     for key in meta["scalars"]:
-        if key == "rank_reason_" and value == "x":
+        if key in ("rank_reason_", "contamination_reason_") and value == "x":
             continue  # any non-empty text is a valid reason
         bad = _bad_file(model, _scalar(key, value), "scalar.fedep")
         _one_line_error(bad, f"scalars[{key!r}]")
