@@ -20,6 +20,7 @@ Usage::
 
     PYTHONPATH=src nice -n 10 python benchmarks/bench_reference.py --out ref.json \\
         [--datasets nsl-kdd unsw-nb15 ton-iot] [--methods fedep pca fedpg] [--seeds 2]
+    python benchmarks/bench_reference.py --summarize ref.json ...   # the docs' table
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import warnings
 
@@ -141,7 +143,63 @@ def run(args) -> list[dict]:
     return out
 
 
+def summarize(paths) -> str:
+    """Markdown: the table (ROC AUC, estimated share, FPR/recall at the model's
+    threshold; mean over seeds) and the issue's figures checked cell by cell."""
+    rows = [r for p in paths for r in json.load(open(p))["rows"]]
+    key = lambda r: (r["dataset"], r["method"], r["share"], r["setting"])  # noqa: E731
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault(key(r), []).append(r)
+
+    def mean(k, f):
+        v = [r[f] for r in cells.get(k, []) if r.get(f) is not None]
+        return float(np.mean(v)) if v else float("nan")
+
+    out = ["| dataset | method | attacks | setting | seeds | ROC AUC | share est. | FPR | recall "
+           "| FPR at `none`'s recall |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for k in sorted(cells):
+        n = len(cells[k])
+        out.append(
+            f"| {k[0]} | {k[1]} | {100 * k[2]:.0f} % | {k[3]} | {n} | {mean(k, 'roc_auc'):.4f} "
+            f"| {100 * mean(k, 'contamination_'):.1f} % | {mean(k, 'fpr'):.4f} "
+            f"| {mean(k, 'recall'):.4f} | {mean(k, 'fpr_at_base_recall'):.4f} |"
+        )
+    checks = []
+    for ds, m in sorted({(k[0], k[1]) for k in cells}):
+        clean = mean((ds, m, 0.0, "none"), "roc_auc")
+        for share, limit in ((0.05, 0.01), (0.1, 0.02), (0.2, 0.04)):
+            loss = clean - mean((ds, m, share, "ref2"), "roc_auc")
+            ok = "reached" if loss <= limit else "NOT reached"
+            checks.append(f"- {ds} {m}: ref2 loss at {share:.0%}: {loss:+.4f} (<= {limit}) {ok}")
+        for s in ("ref1", "ref2", "fb200"):
+            cost = clean - mean((ds, m, 0.0, s), "roc_auc")
+            ok = "reached" if cost <= 0.005 else "NOT reached"
+            checks.append(f"- {ds} {m}: clean cost of {s}: {cost:+.4f} (<= 0.005) {ok}")
+        for share in (0.05, 0.1, 0.2):
+            base = mean((ds, m, share, "none"), "fpr")
+            fb = mean((ds, m, share, "fb200"), "fpr_at_base_recall")
+            ok = "reached" if fb <= base * 2 / 3 else "NOT reached"
+            checks.append(
+                f"- {ds} {m}: fb200 FPR at equal recall at {share:.0%}: {base:.4f} -> {fb:.4f} "
+                f"(cut by >= 1/3) {ok}"
+            )
+    within = [
+        abs(r["contamination_"] - r["true_share"]) <= 0.03
+        for r in rows
+        if r["setting"] in ("ref1", "ref2")
+    ]
+    checks.append(
+        f"- share within 3 points in {sum(within)} of {len(within)} reference fits "
+        f"({100 * np.mean(within):.0f} %, >= 80 % asked)"
+    )
+    return "\n".join(out + [""] + checks)
+
+
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--summarize":
+        print(summarize(sys.argv[2:]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["nsl-kdd", "unsw-nb15", "ton-iot"])
     p.add_argument("--data-dir", default=os.environ.get("FEDEP_DATA_DIR", "/work/shared/data"))

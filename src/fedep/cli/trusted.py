@@ -138,8 +138,13 @@ def reference_columns(ref, columns):
 
 def describe_trust(det) -> list[str]:
     """Lines on what the reference and the feedback did in the fit."""
-    out = [f"contamination: {100 * det.contamination_:.2f} %: {det.contamination_reason_}"]
     trust = getattr(det, "trust_", None)
+    out = []
+    if det.contamination == "auto" or trust is not None:
+        out.append(
+            f"contamination: {100 * det.contamination_:.2f} % of the training records: "
+            f"{det.contamination_reason_}"
+        )
     if trust is not None:
         out.append(
             f"reference: {trust['n_reference']} trusted records; "
