@@ -527,6 +527,7 @@ class LocalRecords:
         self.attack, self.benign = attack, benign
         self.keep: list[np.ndarray] | None = None
         self.excluded: list[np.ndarray] | None = None
+        self.has_reference, self.has_feedback = any(map(len, self.reference)), attack is not None
         self._std = None
 
     def standardized(self, mean, scale) -> list[np.ndarray]:

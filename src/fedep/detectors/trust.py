@@ -17,6 +17,9 @@ and sum queries; no reference record, score or label leaves its gateway):
    ``reference_fpr`` of the reference's scores.
 
 Without a reference the fit is unchanged, and says so (``contamination_reason_``).
+Records that declare ``has_reference`` / ``has_feedback`` False (the gateways said so at
+the first contact) are asked no reference or feedback query: a fit without either costs
+no exchange more.
 """
 
 from __future__ import annotations
@@ -113,19 +116,23 @@ def plan(est, records, std) -> Trust:
     """
     r = int(est.n_components_)
     mean, scale = std.mean, std.scale
-    n_ref, total, gram = records.sums("reference", mean, scale)
-    n_ref = int(n_ref)
-    trust = Trust(n_reference=n_ref, steps=int(est.trim_steps), start=est.trim_start)
+    trust = Trust(n_reference=0, steps=int(est.trim_steps), start=est.trim_start)
+    has_ref = getattr(records, "has_reference", True)
+    if not (has_ref or getattr(records, "has_feedback", True)):
+        return trust  # no query: nothing the gateways know
+    n_ref, total, gram = records.sums("reference", mean, scale) if has_ref else (0, 0, 0)
+    n_ref = trust.n_reference = int(n_ref)
     ref_theta = ppca_from_gram(n_ref, total, gram, r) if n_ref > r + 1 else None
     # feedback: attacks and the records near them, in the reference's PPCA when there
     # is one (attacks cannot have steered it), else in that of every record
-    theta = ref_theta or ppca_from_gram(*records.sums("train", mean, scale), r)
-    raw = _raw_model(theta, std)
-    n_labels, n_excluded = records.exclude(
-        raw[0], scale, {**_params(raw), "radius": FEEDBACK_RADIUS}
-    )
-    if n_labels:
-        trust.feedback = {"attack_labels": int(n_labels), "excluded": int(n_excluded)}
+    if getattr(records, "has_feedback", True):
+        theta = ref_theta or ppca_from_gram(*records.sums("train", mean, scale), r)
+        raw = _raw_model(theta, std)
+        n_labels, n_excluded = records.exclude(
+            raw[0], scale, {**_params(raw), "radius": FEEDBACK_RADIUS}
+        )
+        if n_labels:
+            trust.feedback = {"attack_labels": int(n_labels), "excluded": int(n_excluded)}
     if ref_theta is None:
         if n_ref:
             trust.decision = (
@@ -157,7 +164,7 @@ def plan(est, records, std) -> Trust:
     if trust.steps:
         share = trim_for(e) if auto and e is not None else _given_share(est)
         trust.start = REFERENCE_START
-        trust.start_model = (*raw, share)
+        trust.start_model = (*_raw_model(ref_theta, std), share)
         trust.decision = (trust.decision + "; " if trust.decision else "") + (
             f"started from a PPCA of the {n_ref} reference records, trimming {100 * share:.1f} %"
         )

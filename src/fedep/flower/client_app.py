@@ -241,6 +241,20 @@ def _verified(handler):
     return wrapper
 
 
+def _knows(reply: Message, context: Context) -> Message:
+    """The first contact also says whether this gateway holds a trusted reference or
+    analyst feedback (node config ``reference-path`` / ``feedback-path``): without
+    either anywhere, the server asks no reference or feedback query."""
+    cfg = context.node_config
+    reply.content["knows"] = MetricRecord(
+        {
+            "reference": int(bool(cfg.get("reference-path"))),
+            "feedback": int(bool(cfg.get("feedback-path"))),
+        }
+    )
+    return reply
+
+
 @app.query("moments")
 @_verified
 def moments(msg: Message, context: Context) -> Message:
@@ -267,7 +281,7 @@ def moments(msg: Message, context: Context) -> Message:
             context.state[_DATA] = to_array_record(X=X)
             meta = {"label": label, "feature_names": None, "features": feats["pipeline"]}
             _set_meta(context, meta)
-            return _moments_reply(msg, X, label)
+            return _knows(_moments_reply(msg, X, label), context)
         if mode == "auto" and holds_table(context.node_config):
             df, label = load_gateway_table(context.node_config)
             _set_meta(context, {"label": label, "feature_names": None})
@@ -279,11 +293,11 @@ def moments(msg: Message, context: Context) -> Message:
                     "count": MetricRecord({"count": int(df.shape[0])}),
                 }
             )
-            return Message(content, reply_to=msg)
+            return _knows(Message(content, reply_to=msg), context)
         X, meta = _ensure_data(context)
     except ValueError as exc:  # GatewayDataError, or a value the pipeline cannot encode
         return _data_error(msg, exc, context)
-    return _moments_reply(msg, X, meta["label"])
+    return _knows(_moments_reply(msg, X, meta["label"]), context)
 
 
 @app.query("summaries")

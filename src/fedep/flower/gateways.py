@@ -58,6 +58,13 @@ def _width(rep: Message) -> int:
         return -1
 
 
+def _flag(rep: Message, key: str) -> bool:
+    """A gateway's first-contact flag ``knows[key]`` (absent: 0); anything but 0/1 is
+    taken as 1, so that a gateway's reference or feedback is never skipped."""
+    rec = rep.content.metric_records.get("knows")
+    return rec is not None and rec.get(key, 0) != 0
+
+
 def _moments_of(rep: Message) -> Moments:
     a = arrays_of(rep.content["moments"])
     return Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"])
@@ -247,7 +254,8 @@ class FlowerGateways:
         first = None if tables else [m for _, m in enrolled]
         counts = {lab: (v[0] if tables else v.count) for lab, v in enrolled}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
-        return cls(
+        knows = {k: any(_flag(rep, k) for _, rep in by_label) for k in ("reference", "feedback")}
+        gateways = cls(
             grid,
             roster,
             timeout=timeout,
@@ -257,6 +265,8 @@ class FlowerGateways:
             columns=columns,
             **kw,
         )
+        gateways.knows = knows
+        return gateways
 
     def features(self) -> FeaturePipeline | None:
         """The feature pipeline of gateways holding raw tables, in two phases:
@@ -328,6 +338,9 @@ class FlowerGateways:
     def records(self) -> RemoteRecords:
         if self._records is None:
             self._records = RemoteRecords(self.grid, self.roster, self.timeout, self.min_clients)
+            knows = getattr(self, "knows", {})
+            self._records.has_reference = bool(knows.get("reference", True))
+            self._records.has_feedback = bool(knows.get("feedback", True))
         return self._records
 
     def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
