@@ -13,6 +13,7 @@ from fedep import load  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
 from fedep.flower import run_local  # noqa: E402
+from fedep.flower.checks import check_subset_sums  # noqa: E402
 from fedep.flower.gateway_data import load_gateway_data  # noqa: E402
 
 R, N_FEAT = 3, 10
@@ -114,3 +115,18 @@ def test_reference_and_feedback_over_flower_are_the_inprocess_fit(tmp_path):
                     # no row of a reply equals a reference record
                     d2 = ((a[:, None, :] - ref_rows[None]) ** 2).sum(-1)
                     assert d2.min() > 1e-12, name
+
+
+def test_subset_sums_replies_are_checked():
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(20, 4))
+    count, total, gram = check_subset_sums(20, Z.sum(0), Z.T @ Z, 4, None)
+    assert count == 20 and gram.shape == (4, 4)
+    with pytest.raises(ValueError, match="sum of squares allows"):
+        check_subset_sums(20, Z.sum(0) + 100.0, Z.T @ Z, 4, None)  # no 20 records give it
+    with pytest.raises(ValueError, match="not symmetric"):
+        check_subset_sums(20, Z.sum(0), Z.T @ Z + np.triu(np.ones((4, 4)), 1), 4, None)
+    with pytest.raises(ValueError, match="expected shape"):
+        check_subset_sums(20, Z.sum(0)[:3], Z.T @ Z, 4, None)
+    with pytest.raises(ValueError, match="declared 19"):
+        check_subset_sums(20, Z.sum(0), Z.T @ Z, 4, 19)

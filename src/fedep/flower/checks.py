@@ -102,6 +102,20 @@ def check_gram(G, n: int, count: int, declared: int | None) -> np.ndarray:
     return G
 
 
+def check_subset_sums(count: int, total, gram, n: int, declared: int | None):
+    """A gateway's count, sum (n,) and Gram matrix (n, n) of a subset of its records
+    (``TrimRecords.sums``): :func:`check_gram`, a finite sum, and each feature's
+    ``(sum x)^2 <= count * sum x^2`` (Cauchy-Schwarz: a sum no records could give is a
+    lie); ``declared`` the count it must equal (its training records), if known."""
+    if count < 0:
+        raise ValueError(f"a count of {count}")
+    G = check_gram(gram, n, count, declared)
+    total = _array(total, "total", (n,))
+    if (total**2 > count * np.diag(G) * (1 + _SYM_TOL) + 1e-9).any():
+        raise ValueError("a sum of records larger than their sum of squares allows")
+    return count, total, G
+
+
 def summary_text_cap(n_columns: int, max_categories: int) -> int:
     """Most characters an honest summary of ``n_columns`` columns can take."""
     per_column = _COLUMN_BYTES + 4 * max_categories * _TOP_ENTRY_BYTES

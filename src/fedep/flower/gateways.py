@@ -42,7 +42,14 @@ from fedep.features.summaries import align_summaries
 from fedep.federation.gateways import GatewaySetup, Standardization
 from fedep.federation.rounds import TooFewClients
 from fedep.federation.server import merge_reports, out_of_scale, validate_report
-from fedep.flower.checks import check_gram, check_label, read_count, read_moments, read_summaries
+from fedep.flower.checks import (
+    check_gram,
+    check_label,
+    check_subset_sums,
+    read_count,
+    read_moments,
+    read_summaries,
+)
 from fedep.flower.gateway_data import sort_labels
 from fedep.flower.messages import arrays_of, to_array_record
 from fedep.flower.transport import Roster, ask, exchange
@@ -651,16 +658,8 @@ class RemoteRecords:
 
         def sums_of(rep):
             a = arrays_of(rep.content["sums"])
-            total, gram = np.asarray(a["total"], dtype=float), np.asarray(a["gram"], dtype=float)
-            count = int(rep.content["count"]["count"])
-            if total.shape != (n,) or gram.shape != (n, n) or count < 0:
-                raise ValueError(f"sums of shapes {total.shape}, {gram.shape}, count {count}")
-            if not (np.isfinite(total).all() and np.isfinite(gram).all()):
-                raise ValueError("sums not finite")
-            # a Gram matrix is symmetric with a non-negative diagonal bounded by its count
-            if not np.allclose(gram, gram.T) or (np.diag(gram) < 0).any():
-                raise ValueError("a Gram matrix that is not symmetric positive")
-            return count, total, gram
+            count = read_count(rep.content["count"]["count"])
+            return check_subset_sums(count, a["total"], a["gram"], n, None)
 
         reps = self.ask("sums", "", {"mean": mean, "scale": scale}, None, subset=subset)
         parts = self.parse(reps, sums_of)
