@@ -32,11 +32,11 @@ import pandas as pd
 
 from fedep._atomic import atomic_write
 from fedep._errors import one_line
+from fedep.alerts.scoring import score_block
 from fedep.cli._common import (
     PROG,
     add_model_options,
     add_read_options,
-    bad_value_error,
     check_columns,
     check_output_file,
     command_parser,
@@ -44,14 +44,11 @@ from fedep.cli._common import (
     load_model,
     model_features,
     nonneg_int,
-    output_feature_names,
     positive_int,
     read_kwargs,
-    used_columns,
 )
-from fedep.cli.training import numeric_matrix
 from fedep.data import DataError
-from fedep.data._tails import top_k
+from fedep.data.errors import bad_value_error
 from fedep.data.readers import detect_format
 from fedep.data.readers.source import _open_source, _read_head
 from fedep.data.readers.table import chunks_with_originals
@@ -61,6 +58,12 @@ from fedep.data.stream import (
     NotStreamable,
     ScoreTailFormatter,
     read_csv_header,
+)
+from fedep.detectors.columns import (
+    client_ids,
+    numeric_matrix,
+    output_feature_names,
+    used_columns,
 )
 from fedep.features import FeatureError
 
@@ -103,39 +106,6 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no summary line")
     add_read_options(p)
     p.set_defaults(func=cmd_score)
-
-
-def client_ids(ids: np.ndarray, det) -> np.ndarray:
-    """Client column text in the dtype of the model's client ids (integer models: a
-    value that is not an integer matches no client)."""
-    if det.clients_.dtype.kind in "iu":
-        v = pd.to_numeric(pd.Series(ids), errors="coerce").to_numpy(dtype=np.float64)
-        ok = np.isfinite(v) & (v == np.round(v))
-        return np.where(ok, v, -(2**62)).astype(np.int64)
-    return np.asarray(ids, dtype=str)
-
-
-def top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Column indices and values of the ``k`` largest entries of each row, largest first
-    (equal entries: the lower column first); :func:`fedep.data._tails.top_k`."""
-    return top_k(contrib, k)
-
-
-def score_block(det, X, groups, names, k):
-    """Scores, 0/1 flags, anomaly probabilities and top-feature indices/values of one
-    block (``X``: a DataFrame, or an array of the columns ``names``)."""
-    frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X, columns=names, copy=False)
-    idx = vals = None
-    if k > 0:
-        # One pass: contributions' rows sum to decision_function (documented).
-        contrib = det.feature_contributions(frame, groups)
-        scores = contrib.sum(axis=1)
-        idx, vals = top_indices(contrib, k)
-    else:
-        scores = det.decision_function(frame, groups)
-    # predict()'s rule (score above the row's client threshold), without a second pass.
-    flags = (scores > det.row_thresholds(groups, len(frame))).astype(int)
-    return scores, flags, det.anomaly_probability(scores), idx, vals
 
 
 def streams_as_csv(src: Path, args) -> bool:
