@@ -29,6 +29,8 @@ default                       ECS
 other identifying fields      ``fedep.record.<name>``
 ============================  =============================================================
 
+A record of ``fedep score --output-format jsonl`` that is not flagged (``event:
+"score"``) is the same with ``event.kind: "event"`` and ``event.action: "score"``.
 Summaries are ``event.kind: "metric"``, threshold changes ``event.kind: "event"``, groups
 ``event.kind: "alert"`` with ``event.count``; each has ``event.action`` set to its
 default ``event`` value and its content under ``fedep.*``.
@@ -69,7 +71,8 @@ def _rule(model: dict | None) -> dict:
 
 
 def _alert(a: dict) -> dict:
-    doc = _base("alert", "anomaly")
+    flagged = a.get("event") == "alert"
+    doc = _base("alert" if flagged else "event", "anomaly" if flagged else "score")
     ids = {k: v for k, v in a.items() if k not in DEFAULT_ONLY}
     fields, rest = ecs_fields(ids)
     ts = fields.pop("@timestamp", None)
@@ -158,7 +161,7 @@ def to_ecs(record: dict) -> dict:
     ev = record.get("event")
     if isinstance(ev, dict):
         return record
-    if ev == "alert":
+    if ev in ("alert", "score"):
         return _alert(record)
     kind = {"alert_group": "alert", "window_summary": "metric"}.get(str(ev), "event")
     return _other(record, kind)

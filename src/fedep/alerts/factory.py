@@ -99,6 +99,9 @@ class Batch:
     gateways : ndarray of str, shape (n_records,) or None
         Each record's gateway when a client column names it (else the block's
         ``gateway`` holds for every record).
+    records : list of dict or None
+        With ``score(..., all_records=True)``: one record per input record, in order:
+        the alerts, and for the others the same fields with ``"event": "score"``.
     """
 
     n_records: int
@@ -108,6 +111,7 @@ class Batch:
     thresholds: np.ndarray | None = None
     model: dict | None = None
     gateways: np.ndarray | None = field(default=None, repr=False)
+    records: list[dict] | None = field(default=None, repr=False)
 
 
 class AlertFactory:
@@ -236,7 +240,12 @@ class AlertFactory:
         return to_ecs(event) if self.ecs else event
 
     # ------------------------------------------------------------------ scoring
-    def _gateways(self, frame: pd.DataFrame, gateway, source) -> np.ndarray | None:
+    def _gateways(self, frame: pd.DataFrame, gateway, source, gateways) -> np.ndarray | None:
+        if gateways is not None:
+            g = np.asarray(gateways).astype(str)
+            if g.shape != (len(frame),):
+                raise ValueError(f"gateways must hold one id per record ({len(frame)})")
+            return g
         col = self.client_column
         if col is not None:
             if col not in frame.columns:
@@ -266,6 +275,8 @@ class AlertFactory:
         first_line: int,
         where: str = "line",
         offsets: np.ndarray | None = None,
+        gateways: np.ndarray | None = None,
+        all_records: bool = False,
     ) -> Batch:
         """Score every record of ``frame``; an alert for each above its threshold.
 
@@ -286,6 +297,11 @@ class AlertFactory:
             lines); the alerts' ``log`` key.
         offsets : array-like of int, shape (n,), optional
             Byte offset of each record's line in ``source``: ``log.offset``.
+        gateways : array-like of str, shape (n,), optional
+            Each record's gateway as read (overrides ``gateway`` and the
+            ``client_column``'s values).
+        all_records : bool, default False
+            Also make a record of every record (:attr:`Batch.records`).
 
         Returns
         -------
@@ -300,10 +316,11 @@ class AlertFactory:
         if where not in ("line", "row"):
             raise ValueError(f"where must be 'line' or 'row', not {where!r}")
         n = len(frame)
-        gws = self._gateways(frame, gateway, source)
+        gws = self._gateways(frame, gateway, source, gateways)
         if n == 0:
             empty = np.empty(0)
-            return Batch(0, empty, np.zeros(0, bool), [], empty, dict(self.model), gws)
+            none = [] if all_records else None
+            return Batch(0, empty, np.zeros(0, bool), [], empty, dict(self.model), gws, none)
         groups = None if gws is None else client_ids(gws, self.det)
         X = self._features(frame, int(first_line), source, where)
         try:
@@ -314,17 +331,21 @@ class AlertFactory:
             raise bad_value_error(exc, source, **{where: int(exc.row)}) from None
         thr = self.row_thresholds(groups, n)
         flagged = scores > thr
-        rows = np.flatnonzero(flagged)
-        alerts = self._alerts(frame, rows, scores, thr, probs, idx, vals, gws)
-        self._locate(alerts, rows, source, int(first_line), where, offsets)
+        rows = np.arange(n) if all_records else np.flatnonzero(flagged)
+        made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws)
+        self._locate(made, rows, source, int(first_line), where, offsets)
         if self.ecs:
-            alerts = [to_ecs(a) for a in alerts]
-        return Batch(n, scores, flagged, alerts, thr, dict(self.model), gws)
+            made = [to_ecs(a) for a in made]
+        if all_records:
+            alerts = [made[i] for i in np.flatnonzero(flagged).tolist()]
+            return Batch(n, scores, flagged, alerts, thr, dict(self.model), gws, made)
+        return Batch(n, scores, flagged, made, thr, dict(self.model), gws)
 
-    def _alerts(self, frame, rows, scores, thr, probs, idx, vals, gws) -> list[dict]:
+    def _records(self, frame, rows, flagged, scores, thr, probs, idx, vals, gws) -> list[dict]:
+        """The records of ``rows``: an alert where flagged, else ``"event": "score"``."""
         if rows.size == 0:
             return []
-        sub = frame.iloc[rows]
+        sub = frame if rows.size == len(frame) else frame.iloc[rows]
         cols = [c for c in ID_FIELDS if c in frame.columns and c != self.client_column]
         values = {c: sub[c].tolist() for c in cols}
         ports = {c: c in PORT_FIELDS for c in cols}
@@ -341,9 +362,10 @@ class AlertFactory:
             ]
         gw_l = [None] * rows.size if gws is None else gws[rows].tolist()
         model = self.model
+        events = np.where(flagged[rows], "alert", "score").tolist()
         out = []
         for j in range(rows.size):
-            a: dict = {"event": "alert"}
+            a: dict = {"event": events[j]}
             for c in cols:
                 a[c] = json_value(values[c][j], ports[c])
             a["score"] = score_l[j]
