@@ -113,3 +113,25 @@ def test_bad_records_and_arguments_are_refused(tmp_path):
         AlertSink(tmp_path)
     with pytest.raises(ValueError, match="max_bytes"):
         AlertSink(tmp_path / "b.jsonl", max_bytes=0)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_resume_takes_back_what_was_written_after_the_saved_state(tmp_path, rotate):
+    path = tmp_path / "a.jsonl"
+    recs = _records(200, seed=2)
+    max_bytes = 1_500 if rotate else None
+    sink = AlertSink(path, max_bytes=max_bytes, backups=50)
+    sink.write(recs[:60])
+    saved = json.loads(json.dumps(sink.state()))  # as a position file keeps it
+    rotations = sink.rotations
+    sink.write(recs[60:])  # flushed, then the process dies before saving its position
+    sink.flush()
+    assert (sink.rotations > rotations) is rotate
+    del sink
+    again = AlertSink(path, max_bytes=max_bytes, backups=50, resume=saved)
+    assert again.rolled_back_bytes == sum(len(encode_record(r)) for r in recs[60:])
+    again.write(recs[60:])  # the restarted caller makes them again
+    again.close()
+    assert _read_all(path, 50) == recs  # each exactly once
+    with pytest.raises(ValueError, match="resume"):
+        AlertSink(tmp_path / "b.jsonl", resume={"size": 1})

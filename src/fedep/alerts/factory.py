@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.alerts.ecs import to_ecs
-from fedep.alerts.fields import ID_FIELDS, PORT_FIELDS, json_value
+from fedep.alerts.fields import ID_FIELDS, PORT_FIELDS, json_column
 from fedep.alerts.scoring import feature_shares, score_block
 from fedep.data.errors import DataError, bad_value_error
 from fedep.detectors.columns import (
@@ -250,8 +250,11 @@ class AlertFactory:
         if col is not None:
             if col not in frame.columns:
                 raise DataError(source, f"client column {col!r} is not a column", column=col)
-            s = frame[col]
-            return s.astype(object).where(s.notna(), "").astype(str).str.strip().to_numpy(str)
+            # each distinct id's text once (a block holds few gateways): stripped, "" when
+            # missing, as fedep score reads a client column
+            codes, uniques = pd.factorize(frame[col], use_na_sentinel=True)
+            text = np.array([str(u).strip() for u in uniques.tolist()] + [""], dtype=str)
+            return text[codes]  # code -1 (missing): the last entry
         if gateway is None:
             return None
         return np.full(len(frame), str(gateway))
@@ -332,8 +335,8 @@ class AlertFactory:
         thr = self.row_thresholds(groups, n)
         flagged = scores > thr
         rows = np.arange(n) if all_records else np.flatnonzero(flagged)
-        made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws)
-        self._locate(made, rows, source, int(first_line), where, offsets)
+        log = (source, int(first_line), where, offsets)
+        made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws, log)
         if self.ecs:
             made = [to_ecs(a) for a in made]
         if all_records:
@@ -341,14 +344,14 @@ class AlertFactory:
             return Batch(n, scores, flagged, alerts, thr, dict(self.model), gws, made)
         return Batch(n, scores, flagged, made, thr, dict(self.model), gws)
 
-    def _records(self, frame, rows, flagged, scores, thr, probs, idx, vals, gws) -> list[dict]:
-        """The records of ``rows``: an alert where flagged, else ``"event": "score"``."""
+    def _records(self, frame, rows, flagged, scores, thr, probs, idx, vals, gws, log) -> list[dict]:
+        """The records of ``rows``: an alert where flagged, else ``"event": "score"``;
+        ``log``: (source, first number, "line" or "row", byte offsets or None)."""
         if rows.size == 0:
             return []
         sub = frame if rows.size == len(frame) else frame.iloc[rows]
         cols = [c for c in ID_FIELDS if c in frame.columns and c != self.client_column]
-        values = {c: sub[c].tolist() for c in cols}
-        ports = {c: c in PORT_FIELDS for c in cols}
+        values = [json_column(sub[c], c in PORT_FIELDS) for c in cols]
         score_l = scores[rows].tolist()
         thr_l = thr[rows].tolist()
         prob_l = probs[rows].tolist()
@@ -363,25 +366,23 @@ class AlertFactory:
         gw_l = [None] * rows.size if gws is None else gws[rows].tolist()
         model = self.model
         events = np.where(flagged[rows], "alert", "score").tolist()
+        source, first, where, offsets = log
+        source = str(source)
+        numbers = (rows + first).tolist()
+        off = None if offsets is None else np.asarray(offsets)[rows].tolist()
         out = []
         for j in range(rows.size):
             a: dict = {"event": events[j]}
-            for c in cols:
-                a[c] = json_value(values[c][j], ports[c])
+            for c, v in zip(cols, values, strict=True):
+                a[c] = v[j]
             a["score"] = score_l[j]
             a["threshold"] = thr_l[j]
             a["probability"] = prob_l[j]
             a["top_features"] = tops[j]
             a["gateway"] = gw_l[j]
             a["model"] = dict(model)
+            a["log"] = {"file": source, where: numbers[j]}
+            if off is not None:
+                a["log"]["offset"] = int(off[j])
             out.append(a)
         return out
-
-    @staticmethod
-    def _locate(alerts, rows, source, first, where, offsets) -> None:
-        off = None if offsets is None else np.asarray(offsets)
-        for a, i in zip(alerts, rows.tolist(), strict=True):
-            log = {"file": str(source), where: first + i}
-            if off is not None:
-                log["offset"] = int(off[i])
-            a["log"] = log
