@@ -59,15 +59,20 @@ def test_cap_zero_groups_everything_and_windows_close_on_add():
 def test_grouper_memory_bound_and_ecs():
     g = AlertGrouper("source.ip", window_s=5, cap=1, max_groups=2, ecs=True)
     alerts = [
-        {"event": {"kind": "alert"}, "source": {"ip": ip}, "fedep": {"score": s}}
-        for ip, s in [("1", 1.0), ("2", 2.0), ("3", 3.0), ("4", 4.0), ("1", 5.0)]
-    ]
+        {
+            "@timestamp": f"2026-11-27T10:00:0{k}.500000Z", "event": {"kind": "alert"},
+            "source": {"ip": ip}, "fedep": {"score": s},
+        }
+        for k, (ip, s) in enumerate([("1", 1.0), ("2", 2.0), ("3", 3.0), ("4", 4.0), ("1", 5.0)])
+    ]  # fmt: skip
     out = g.add(alerts, now=0)
     assert [a["source"]["ip"] for a in out] == ["1", "2"]
     recs = g.flush(now=0, final=True)
     by = {r["fedep"]["value"]: r for r in recs}
     assert by[None]["fedep"]["overflow"] is True and by[None]["fedep"]["count"] == 2
     assert by["1"]["fedep"]["count"] == 2 and by["1"]["fedep"]["suppressed"] == 1
+    t0 = 1795773600.5  # 2026-11-27T10:00:00.5Z: the records' own times
+    assert (by["1"]["fedep"]["first_seen"], by["1"]["fedep"]["last_seen"]) == (t0, t0 + 4)
     assert all(r["event"]["kind"] == "alert" for r in recs)
     assert all(r["event"]["action"] == "alert_group" for r in recs)
     assert by["1"]["event"]["count"] == 2 and by["1"]["event"]["risk_score"] == 5.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,21 @@ def _score(alert: dict) -> float:
     if not isinstance(s, (int, float)):
         s = field_of(alert, "fedep.score")
     return float(s) if isinstance(s, (int, float)) else -math.inf
+
+
+def _record_time(alert: dict, now: float) -> float:
+    """The record's time: ``ts`` (epoch seconds), or an ECS alert's ``@timestamp``;
+    else ``now``."""
+    t = alert.get("ts")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+        return float(t)
+    stamp = alert.get("@timestamp")
+    if isinstance(stamp, str):
+        try:
+            return datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            pass
+    return float(now)
 
 
 def _check_window(window_s: float) -> float:
@@ -118,6 +134,8 @@ class AlertGrouper:
         self.n_suppressed = 0
 
     def _window(self, now: float) -> int:
+        if not math.isfinite(float(now)):
+            raise ValueError(f"now must be a finite time in seconds, not {now!r}")
         return math.floor(float(now) / self.window_s)
 
     def add(self, alerts: list[dict], now: float) -> list[dict]:
@@ -136,8 +154,7 @@ class AlertGrouper:
             if g is None:
                 g = groups[key] = _Group()
             g.count += 1
-            t = a.get("ts")
-            t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else float(now)
+            t = _record_time(a, now)
             g.first = min(g.first, t)
             g.last = max(g.last, t)
             s = _score(a)
