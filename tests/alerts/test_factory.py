@@ -60,7 +60,7 @@ def test_alerts_match_an_independent_computation(numeric_model, fed_data, gatewa
         np.testing.assert_allclose(shares, sq[i, order] / energy[i], rtol=1e-9)
         assert sum(shares) <= 1 + 1e-12
         assert a["gateway"] == gateway
-        assert a["model"] == {"id": f.model["id"], "digest": det.model_digest_}
+        assert a["model"] == {"id": f.model["id"], "digest": det.file_sha256_}
         assert a["log"]["file"] == "conn.log"
     # every feature named: the shares are the whole residual energy
     every = _factory(numeric_model, top_k=len(FEATURES)).score(

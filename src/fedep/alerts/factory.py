@@ -21,7 +21,7 @@ Elastic Common Schema names (:func:`fedep.alerts.ecs.to_ecs`).
 
 A model's id and digest: a model file stores no id. :func:`model_identity` takes the
 file's integrity digest (SHA-256 of its whole content, the value a signature signs,
-checked when the file was loaded: ``det.model_digest_``) and derives the id from it:
+checked when the file was loaded: ``det.file_sha256_``) and derives the id from it:
 ``<class>-<first 12 hex digits>`` (``fedep-3fa9c2d81b04``), the same for the same file
 wherever it is loaded.
 """
@@ -56,7 +56,7 @@ def model_identity(det) -> tuple[str, str]:
     ----------
     det : BaseFederatedDetector
         A detector loaded from a model file (``fedep.load``), which sets
-        ``model_digest_``.
+        ``file_sha256_``.
 
     Returns
     -------
@@ -70,7 +70,7 @@ def model_identity(det) -> tuple[str, str]:
     ValueError
         If ``det`` was not loaded from a model file (no digest: save it first).
     """
-    digest = getattr(det, "model_digest_", None)
+    digest = getattr(det, "file_sha256_", None)
     if not isinstance(digest, str) or not digest:
         raise ValueError(
             f"this {type(det).__name__} was not loaded from a model file, so it has no "
