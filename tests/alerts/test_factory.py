@@ -237,3 +237,14 @@ def test_empty_frame_and_bad_arguments(numeric_model, fed_data):
         _factory(numeric_model, client_column="gw").score(
             fed_data.test, gateway=None, source="x", first_line=1
         )
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_an_overflowing_score_is_flagged_and_written_as_null(numeric_model, fed_data):
+    frame = fed_data.test.head(10).reset_index(drop=True)
+    frame.loc[4, "f2"] = 1e200  # squared: beyond float64
+    b = _factory(numeric_model).score(frame, gateway=None, source="x", first_line=2)
+    assert np.isinf(b.scores[4]) and b.flagged[4]
+    a = next(a for a in b.alerts if a["log"]["line"] == 6)
+    assert a["score"] is None and a["probability"] == 1.0
+    json.dumps(b.alerts, allow_nan=False)  # still JSON

@@ -79,6 +79,21 @@ def model_identity(det) -> tuple[str, str]:
     return f"{type(det).__name__.lower()}-{digest[:12]}", digest
 
 
+def _finite_list(a: np.ndarray) -> list:
+    """``a.tolist()`` with None for NaN or infinity (JSON has neither): a score that
+    overflows (an extreme value) is flagged and written as null."""
+    out = a.tolist()
+    bad = ~np.isfinite(a)
+    if bad.any():
+        if a.ndim == 1:
+            for i in np.flatnonzero(bad).tolist():
+                out[i] = None
+        else:
+            for i, j in zip(*np.nonzero(bad), strict=True):
+                out[int(i)][int(j)] = None
+    return out
+
+
 @dataclass
 class Batch:
     """What :meth:`AlertFactory.score` made of one block of records.
@@ -352,12 +367,12 @@ class AlertFactory:
         sub = frame if rows.size == len(frame) else frame.iloc[rows]
         cols = [c for c in ID_FIELDS if c in frame.columns and c != self.client_column]
         values = [json_column(sub[c], c in PORT_FIELDS) for c in cols]
-        score_l = scores[rows].tolist()
-        thr_l = thr[rows].tolist()
-        prob_l = probs[rows].tolist()
+        score_l = _finite_list(scores[rows])
+        thr_l = _finite_list(thr[rows])
+        prob_l = _finite_list(probs[rows])
         tops: list[list[dict]] = [[] for _ in range(rows.size)]
         if self.top_k > 0:
-            shares = feature_shares(vals[rows], scores[rows]).tolist()
+            shares = _finite_list(feature_shares(vals[rows], scores[rows]))
             names = self.names
             tops = [
                 [{"feature": names[j], "share": sh} for j, sh in zip(ix, row, strict=True)]
