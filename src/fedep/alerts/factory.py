@@ -341,14 +341,16 @@ class AlertFactory:
             return Batch(0, empty, np.zeros(0, bool), [], empty, dict(self.model), gws, none)
         groups = None if gws is None else client_ids(gws, self.det)
         X = self._features(frame, int(first_line), source, where)
+        thr = self.row_thresholds(groups, n)
         try:
-            scores, _, probs, idx, vals = score_block(self.det, X, groups, self._inputs, self.top_k)
+            scores, flags, probs, idx, vals = score_block(
+                self.det, X, groups, self._inputs, self.top_k, thr
+            )
         except FeatureError as exc:
             if not isinstance(exc.row, int | np.integer) or exc.row < 0:
                 raise DataError(source, str(exc)) from None
             raise bad_value_error(exc, source, **{where: int(exc.row)}) from None
-        thr = self.row_thresholds(groups, n)
-        flagged = scores > thr
+        flagged = flags.astype(bool)
         rows = np.arange(n) if all_records else np.flatnonzero(flagged)
         log = (source, int(first_line), where, offsets)
         made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws, log)
