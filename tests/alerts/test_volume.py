@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedep.alerts import AlertGrouper, Batch, WindowStats
+from fedep.alerts.volume import field_of
 
 
 def _alert(host: str, score: float, ts: float, gw: str = "gw0") -> dict:
@@ -120,3 +121,13 @@ def test_window_stats_split_a_batch_by_its_records_gateways_and_ecs():
     got = {r["observer"]["name"]: (r["fedep"]["records"], r["fedep"]["alerts"]) for r in recs}
     assert got == {"a": (1, 1), "b": (3, 1)}
     assert all(r["event"]["kind"] == "metric" and r["@timestamp"].endswith("Z") for r in recs)
+
+
+def test_grouping_finds_a_field_under_its_other_name():
+    plain = _alert("10.0.0.1", 1.0, 5)
+    ecs = {"event": {"kind": "alert"}, "source": {"ip": "10.0.0.1"}, "observer": {"name": "g"}}
+    assert field_of(ecs, "id.orig_h") == "10.0.0.1" == field_of(plain, "source.ip")
+    assert field_of(ecs, "gateway") == "g" and field_of(plain, "observer.name") == "gw0"
+    g = AlertGrouper("id.orig_h", window_s=10, cap=1)
+    assert g.add([ecs, ecs, plain], now=0) == [ecs]  # one value, whichever the names
+    assert g.flush(0, final=True)[0]["count"] == 3

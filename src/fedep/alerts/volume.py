@@ -26,13 +26,12 @@ from typing import Any
 import numpy as np
 
 from fedep.alerts.ecs import to_ecs
+from fedep.alerts.fields import ECS_NAMES
 
 __all__ = ["AlertGrouper", "WindowStats", "field_of"]
 
 
-def field_of(record: dict, name: str) -> Any:
-    """``record[name]``, or the nested ``record[a][b]`` for ``name = "a.b"`` (an ECS
-    record); None when absent."""
+def _path(record: dict, name: str) -> Any:
     if name in record:
         return record[name]
     node: Any = record
@@ -41,6 +40,32 @@ def field_of(record: dict, name: str) -> Any:
             return None
         node = node[part]
     return node
+
+
+def _aliases(name: str) -> list[str]:
+    """The other names of a field: its ECS name (``id.orig_h`` -> ``source.ip``), or the
+    identifying fields an ECS name comes from (``source.ip`` -> ``id.orig_h``,
+    ``src_ip`` ...); ``gateway`` <-> ``observer.name``."""
+    if name == "gateway":
+        return ["observer.name"]
+    if name == "observer.name":
+        return ["gateway"]
+    if name in ECS_NAMES:
+        return [ECS_NAMES[name]]
+    return [k for k, v in ECS_NAMES.items() if v == name]
+
+
+def field_of(record: dict, name: str) -> Any:
+    """``record[name]``, or the nested ``record[a][b]`` for ``name = "a.b"``, or the same
+    field under its other name (default or ECS: ``id.orig_h`` finds an ECS alert's
+    ``source.ip`` and the reverse); None when absent."""
+    v = _path(record, name)
+    if v is None:
+        for alias in _aliases(name):
+            v = _path(record, alias)
+            if v is not None:
+                break
+    return v
 
 
 def _score(alert: dict) -> float:
