@@ -106,3 +106,29 @@ def test_ecs_needs_json_lines(files, inputs, tmp_path, capsys):
     assert _score(files, inputs / "t.csv", tmp_path / "o.csv", "--ecs") != 0
     assert "--ecs" in one_error_line(capsys)
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_a_zeek_logs_alerts_name_its_lines_and_fields(tmp_path):
+    from _zeek import flows, write_zeek  # tests/ is on sys.path (see tests/_zeek.py)
+
+    train, log = tmp_path / "train.log", tmp_path / "conn.log"
+    write_zeek(flows(400, 0), train)
+    test = flows(200, 1, attack_rate=0.1)
+    write_zeek(test, log)
+    model = tmp_path / "m.fedep"
+    assert main(["fit", "--train", str(train), "--random-state", "0", "--quiet",
+                 "--out", str(model)]) == 0  # fmt: skip
+    out = tmp_path / "a.jsonl"
+    args = ["score", "--model", str(model), "--input", str(log), "--quiet"]
+    assert main([*args, "--output", str(out), "--anomalies-only"]) == 0
+    alerts = _lines(out)
+    assert alerts and all(a["event"] == "alert" for a in alerts)
+    lines = log.read_text().splitlines()
+    for a in alerts:
+        cells = lines[a["log"]["line"] - 1].split("\t")  # the record's own line
+        assert cells[1] == a["uid"] and cells[2] == a["id.orig_h"]
+        assert int(cells[3]) == a["id.resp_p"] and float(cells[0]) == a["ts"]
+        assert a["service"] == (None if cells[5] == "-" else cells[5])
+    assert main([*args, "--output", str(tmp_path / "o.csv")]) == 0
+    res = pd.read_csv(tmp_path / "o.csv", dtype=str, keep_default_na=False)
+    assert [a["uid"] for a in alerts] == res.loc[res["is_anomaly"] == "1", "uid"].tolist()
