@@ -61,6 +61,7 @@ from flwr.compat.common.recorddict_compat import fitres_to_recorddict
 from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
 
 from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.secure_rules import MIN_GATEWAYS, check_secure_aggregation
 from fedep.flower.transport import Roster, exchange
 
 __all__ = [
@@ -80,9 +81,6 @@ __all__ = [
 MOD_RANGE = 2**32
 #: Flower's clipping range ``c``: every value is scaled into ``[-1, 1]`` first.
 CLIPPING_RANGE = 1.0
-#: Fewest gateways a secure sum takes: with two, each would learn the other's values
-#: from the sum.
-MIN_GATEWAYS = 3
 #: The query of a secure sum (a ConfigRecord ``json``) and, at a gateway, the cached
 #: values between the stages (its ``context.state``, never sent).
 SECSUM = "fedep.secsum"
@@ -126,35 +124,6 @@ def _exponents(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _exponent_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape if len(shape) == 1 else (1,)
-
-
-def check_secure_aggregation(est) -> None:
-    """Refuse (one line) what a server that sees sums only cannot do.
-
-    - ``aggregation="median"`` / ``"trimmed"``: the robust rules need each gateway's
-      proposal (distances between them), not their sum;
-    - record trimming (``trim_steps > 0``): its count searches start from each
-      gateway's smallest and largest value (a minimum and a maximum, not sums) and
-      keep per-gateway kept counts;
-    - raw tables with ``features="auto"`` (refused at the first contact): the column
-      summaries hold category lists and quantile sketches, not sums.
-
-    Per-gateway thresholds stay on the gateways (a finalize reply carries none) and
-    the server cannot check a single reply (shapes, orthonormality, ``nu`` out of
-    scale): under secure aggregation a gateway that lies is not told apart.
-    """
-    if est.aggregation != "mean":
-        raise ValueError(
-            f"secure aggregation gives the server the sum of the gateways' proposals only; "
-            f"aggregation={est.aggregation!r} needs each one: use aggregation='mean' or "
-            "turn secure aggregation off"
-        )
-    if int(est.trim_steps) > 0:
-        raise ValueError(
-            "secure aggregation cannot run record trimming (trim_steps > 0): its count "
-            "searches need each gateway's smallest and largest value; set trim_steps=0 "
-            "or turn secure aggregation off"
-        )
 
 
 # ---------------------------------------------------------------------------- gateway
