@@ -33,6 +33,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedep._atomic import atomic_write
 from fedep.detectors import detector_param_table, make_estimator
 from fedep.detectors.driver import fit_gateways
+from fedep.federation.privacy import is_private
 from fedep.federation.rounds import FederationResult
 from fedep.flower.gateways import FlowerGateways
 from fedep.flower.secagg import check_secure_aggregation
@@ -127,6 +128,11 @@ def run_federation(
         )
     if not isinstance(est.features, str):  # pragma: no cover - run configs give text
         raise ValueError("over Flower, features must be 'auto' or 'numeric'")
+    if is_private(est):
+        raise ValueError(
+            "dp-epsilon: differential privacy runs in-process fits only for now (the "
+            "gateways' noise is not yet in the Flower ClientApp)"
+        )
     secure = _flag(cfg["secure-aggregation"])
     if secure:
         check_secure_aggregation(est)
