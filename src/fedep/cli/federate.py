@@ -61,6 +61,7 @@ from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
 from fedep.data.readers import check_distinct_gateways, gateway_files
 from fedep.detectors import METHODS, make_estimator
+from fedep.federation.privacy import DP_PARAMS
 from fedep.flower.deployment import (
     FederationPlan,
     Interrupted,
@@ -94,8 +95,10 @@ def federated_methods() -> dict[str, type]:
 
 
 def federated_param_table() -> dict:
-    """The parameter table of the federated methods' estimators (:mod:`fedep.params`)."""
-    return param_table(list(dict.fromkeys(federated_methods().values())))
+    """The parameter table of the federated methods' estimators (:mod:`fedep.params`),
+    less differential privacy's (in-process fits only: the Flower run refuses them)."""
+    table = param_table(list(dict.fromkeys(federated_methods().values())))
+    return {k: v for k, v in table.items() if k not in DP_PARAMS}
 
 
 def register(sub) -> None:

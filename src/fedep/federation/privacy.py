@@ -38,7 +38,10 @@ from fedep.core.stats import Moments
 from fedep.federation.gateways import GatewaySetup, LocalGateways, Standardization
 from fedep.federation.server import REQUIRED_METRICS
 
-__all__ = ["PrivateGateways", "check_private", "is_private"]
+__all__ = ["DP_PARAMS", "PrivateGateways", "check_private", "is_private"]
+
+#: The estimator parameters of differential privacy (in-process fits only for now).
+DP_PARAMS = ("dp_epsilon", "dp_delta", "dp_clip")
 
 
 def is_private(est) -> bool:
