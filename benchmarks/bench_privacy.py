@@ -6,7 +6,7 @@ split over ``--gateways`` gateways, clean protocol), FedEP is fitted with
 AUC of its global basis is measured; beside it, the centralised reference
 (:func:`fedep.core.privacy.dp_pca_reference`: the same clipping, DP moments then
 Analyze Gauss on the pooled records) at the same epsilon. Public settings, chosen
-without the data: ``dp_clip = 2 sqrt(n_features)``, rank ``--rank``, ``--n-rounds``
+without the data: ``dp_clip = --clip-factor * sqrt(n_features)`` (default 2), rank ``--rank``, ``--n-rounds``
 rounds, delta 1e-5. Mean and spread over ``--seeds`` noise seeds.
 
 Usage::
@@ -56,7 +56,7 @@ def run_dataset(name: str, a) -> dict:
         X, g = X[keep], g[keep]
     Xt, yt = sp.X_test, sp.y_test
     n = X.shape[1]
-    clip = 2.0 * math.sqrt(n)
+    clip = a.clip_factor * math.sqrt(n)
     out = {"dataset": name, "partition": partition, "n_train": len(X), "n_features": n}
     out.update({"dp_clip": clip, "rows": []})
     for eps in a.epsilons:
@@ -105,6 +105,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--rank", type=int, default=5)
     ap.add_argument("--n-rounds", type=int, default=5)
     ap.add_argument("--max-rows", type=int, default=40000)
+    ap.add_argument("--clip-factor", type=float, default=2.0, help="dp_clip / sqrt(n_features)")
     a = ap.parse_args(argv)
     report = {"load_before": os.getloadavg(), "settings": vars(a) | {"delta": 1e-5}}
     report["datasets"] = []
