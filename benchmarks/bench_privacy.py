@@ -6,8 +6,8 @@ split over ``--gateways`` gateways, clean protocol), FedEP is fitted with
 AUC of its global basis is measured; beside it, the centralised reference
 (:func:`fedep.core.privacy.dp_pca_reference`: the same clipping, DP moments then
 Analyze Gauss on the pooled records) at the same epsilon. Public settings, chosen
-without the data: ``dp_clip = --clip-factor * sqrt(n_features)`` (default 2), rank ``--rank``, ``--n-rounds``
-rounds, delta 1e-5. Mean and spread over ``--seeds`` noise seeds.
+without the data: ``dp_clip = --clip-factor * sqrt(n_features)`` (default 2), rank
+``--rank``, ``--n-rounds`` rounds, delta 1e-5. Mean and spread over ``--seeds`` noise seeds.
 
 Usage::
 
