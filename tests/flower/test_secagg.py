@@ -201,3 +201,13 @@ def test_refused_with_two_gateways_and_raw_tables(tmp_path):
     with pytest.raises(RuntimeError, match="cannot be summed securely") as exc:
         run_local(cfgs, {**RC, "features": "auto", "secure-aggregation": True})
     assert "\n" not in str(exc.value)
+
+
+def test_secure_run_with_signed_messages():
+    # every stage's message is signed like any other; gateways that verify accept them
+    secret = "hmac:" + "s" * 32
+    cfgs = [{**c, "verify-key": secret} for c in _gateways(3)]
+    plain, _ = run_local(cfgs, {**RC, "n-rounds": 2, "sign-key": secret})
+    res, _ = run_local(cfgs, {**RC, "n-rounds": 2, "sign-key": secret, "secure-aggregation": True})
+    assert res.failed == {} and res.n_rounds == 2
+    assert projector_distance(res.components.T, plain.components.T) <= 1e-6
