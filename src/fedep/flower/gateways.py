@@ -585,7 +585,7 @@ class RemoteClients:
         for i, why in sorted(out_of_scale(reports, counts).items(), reverse=True):
             failed[gw.node_of[answered[i]]] = f"invalid reply: {why}"
             del reports[i], answered[i]
-        self._account(targets, answered, {gw.label_of[n]: w for n, w in failed.items()})
+        self.account(targets, answered, {gw.label_of[n]: w for n, w in failed.items()})
         rep = merge_reports(reports)
         rep = merge_reports(reports)
         rep.info = {
@@ -596,7 +596,7 @@ class RemoteClients:
         }
         return rep
 
-    def _account(self, targets: list[str], answered: list[str], failed: dict[str, str]) -> None:
+    def account(self, targets: list[str], answered: list[str], failed: dict[str, str]) -> None:
         """Count the round's misses (a gateway missing ``max_misses`` rounds in a row
         leaves the run); fewer than ``min_clients`` answers end it."""
         gw = self.gw

@@ -414,6 +414,10 @@ class _Protocol:
         return parameters_mod(masked, MOD_RANGE)
 
 
+def _named(roster: Roster, proto: _Protocol) -> list[tuple[str, str]]:
+    return [(str(roster.label_of.get(n, n)), w) for n, w in proto.failed.items()]
+
+
 def secure_sum(
     grid,
     roster: Roster,
@@ -478,8 +482,11 @@ def secure_sum(
     masked = proto.collect(forward, agreed)
     recon = proto.unmask(masked)
     n_in = len(proto.active)
-    if n_in < fewest:
-        proto.check(f"fewer than {fewest}")
+    if n_in < fewest:  # with two, each would learn the other's values from the result
+        raise RuntimeError(
+            f"secure aggregation ({phase}): {n_in} gateways left in the sum, fewer than "
+            f"{fewest}" + "".join(f"; gateway {lab}: {w}" for lab, w in _named(roster, proto))
+        )
     q_total, arrays = factor_extract(recon)
     if int(q_total) != n_in * proto.q:
         raise RuntimeError(

@@ -78,9 +78,9 @@ def secure_round(clients, targets: list[str], contents: dict[int, RecordDict]) -
             group_id=str(clients.rnd),
         )
     except RuntimeError as exc:
-        clients._account(targets, [], dict.fromkeys(targets, str(exc)))
+        clients.account(targets, [], dict.fromkeys(targets, str(exc)))
         raise TooFewClients(f"round {clients.rnd}: {exc}") from None
-    clients._account(targets, out.labels, out.failed)
+    clients.account(targets, out.labels, out.failed)
     sums = {k: v for k, v in out.sums.items() if k != "BB"}
     k = len(out.labels)
     if abs(float(sums["s"][0]) - k) > 0.5:
