@@ -224,6 +224,12 @@ def cmd_fit(args) -> int:
         print(describe_trimming(det.trim_history_, n_rows))
     for line in describe_trust(det):
         print(line)
+    if getattr(det, "dp_epsilon_", None) is not None:
+        print(
+            f"differential privacy: epsilon {det.dp_epsilon_:.4g} at delta "
+            f"{det.dp_delta_:.3g} for one record (noise multiplier "
+            f"{det.dp_noise_multiplier_:.4g} on every release; see docs/privacy.md)"
+        )
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")

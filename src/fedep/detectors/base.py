@@ -8,6 +8,7 @@ One definition of a fitted detector (:meth:`BaseFederatedDetector.set_fitted` th
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 import warnings
@@ -39,6 +40,7 @@ from fedep.detectors.trust import describe as describe_trust
 from fedep.detectors.trust import share_estimator, trusted_blocks
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways
+from fedep.federation.privacy import PrivateGateways, check_private, is_private
 from fedep.params import validate_params
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -249,12 +251,15 @@ class BaseFederatedDetector(BaseEstimator):
             feedback=feedback,
             transform=None if pipe is None else pipe.transform,
         )
-        gateways = LocalGateways(
-            labels, blocks, pipe, feature_names=names, reference=ref, attack=attack, benign=benign
-        )
+        gateways = self._local_gateways(labels, blocks, pipe, names, ref, attack, benign)
         t0 = time.perf_counter()
         out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))
         self.fit_time_ = time.perf_counter() - t0
+        if getattr(self, "dp_epsilon", None) is not None:  # the privacy spent
+            private = isinstance(gateways, PrivateGateways)
+            self.dp_epsilon_ = gateways.epsilon_spent() if private else math.inf
+            self.dp_delta_ = float(self.dp_delta)
+            self.dp_noise_multiplier_ = gateways.z if private else 0.0
         self.set_fitted(
             components=out.components,
             client_components=np.swapaxes(out.client_bases, 1, 2),
@@ -269,6 +274,45 @@ class BaseFederatedDetector(BaseEstimator):
         self.feedback_["excluded"] = 0 if out.feedback is None else out.feedback["excluded"]
         self.fit_thresholds(None, gateways.standardized(out.std), order, trust=out.trust)
         return self
+
+    def _local_gateways(
+        self, labels, blocks, pipe, names, reference=None, attack=None, benign=None
+    ) -> LocalGateways:
+        """The in-process gateways (with each one's trusted reference and analyst
+        feedback: :mod:`fedep.detectors.trust`): with ``dp_epsilon`` (finite), gateways
+        that clip and noise every release
+        (:class:`~fedep.federation.privacy.PrivateGateways`)."""
+        if not is_private(self):
+            return LocalGateways(
+                labels,
+                blocks,
+                pipe,
+                feature_names=names,
+                reference=reference,
+                attack=attack,
+                benign=benign,
+            )
+        if any(len(r) for r in reference or []) or attack is not None:
+            raise ValueError(
+                "dp_epsilon: a trusted reference or analyst feedback is not used under "
+                "differential privacy (its queries are not noised); fit without one"
+            )
+        check_private(self, pipe)
+        seed = self.random_state
+        if isinstance(seed, numbers.Integral):  # a stream apart from the fit's own
+            seed = [int(seed), 0xD9]
+        oneshot = getattr(self, "init", "random") == "oneshot"
+        return PrivateGateways(
+            labels,
+            blocks,
+            epsilon=float(self.dp_epsilon),
+            delta=float(self.dp_delta),
+            clip=float(self.dp_clip),
+            releases=int(self.n_rounds) + 1 + int(oneshot),
+            method=self.server_step,
+            rng=np.random.default_rng(seed),
+            feature_names=names,
+        )
 
     def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
         """The fit on the gateways' kept records, standardised by ``std`` (hook of

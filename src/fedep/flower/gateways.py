@@ -36,7 +36,6 @@ from flwr.common.logger import log
 from fedep._json import jsonable
 from fedep.core.fedep import RoundReport
 from fedep.core.stats import Moments
-from fedep.core.trimming import add_ppca_sums
 from fedep.features import FeaturePipeline
 from fedep.features.summaries import align_summaries
 from fedep.federation.gateways import GatewaySetup, Standardization
@@ -45,13 +44,15 @@ from fedep.federation.server import merge_reports, out_of_scale, validate_report
 from fedep.flower.checks import (
     check_gram,
     check_label,
-    check_subset_sums,
     read_count,
     read_moments,
     read_summaries,
 )
 from fedep.flower.gateway_data import sort_labels
 from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.remote_records import RemoteCounts, RemoteRecords
+from fedep.flower.secagg import SECSUM, SecureSum, secure_sum
+from fedep.flower.secure_rounds import factor, secure_round
 from fedep.flower.transport import Roster, ask, exchange
 
 __all__ = ["FlowerGateways", "RemoteClients", "RemoteCounts", "RemoteRecords"]
@@ -70,11 +71,6 @@ def _flag(rep: Message, key: str) -> bool:
     taken as 1, so that a gateway's reference or feedback is never skipped."""
     rec = rep.content.metric_records.get("knows")
     return rec is not None and rec.get(key, 0) != 0
-
-
-def _moments_of(rep: Message) -> Moments:
-    a = arrays_of(rep.content["moments"])
-    return Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"])
 
 
 def _json_record(key: str, data: dict) -> RecordDict:
@@ -121,6 +117,11 @@ class FlowerGateways:
         sends (summaries, moments, Gram) must equal it.
     columns : dict of label -> int
         Each raw-table gateway's declared number of columns (bounds its summaries).
+    secure : bool
+        Secure aggregation (:mod:`fedep.flower.secagg`): the moments, the Gram
+        matrices, the sketches and every round come to the server as SecAgg+ sums only.
+    n_features : int or None
+        The numeric gateways' declared number of features (secure aggregation).
     """
 
     def __init__(
@@ -136,6 +137,8 @@ class FlowerGateways:
         first_moments: list[Moments] | None = None,
         declared: dict[str, int] | None = None,
         columns: dict[str, int] | None = None,
+        secure: bool = False,
+        n_features: int | None = None,
     ):
         self.grid, self.roster, self.method = grid, roster, method
         self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
@@ -144,6 +147,7 @@ class FlowerGateways:
         # each gateway's record count (and table columns) declared at first contact
         self.declared = dict(declared or {})
         self.columns = dict(columns or {})
+        self.secure, self.n_features = bool(secure), n_features
         self._pipe: FeaturePipeline | None = None
         self._records: RemoteRecords | None = None
         self._clients: RemoteClients | None = None
@@ -172,6 +176,27 @@ class FlowerGateways:
             replies, phase, read, min_clients=self.min_clients, what=f"the {phase} phase"
         )
 
+    def _secure_sum(self, what: str, shapes: dict, *, group_id=None, **arrays) -> SecureSum:
+        """A SecAgg+ sum of the gateways' values ``what`` (:mod:`fedep.flower.secagg`);
+        the gateways that leave it leave the run."""
+        rd = RecordDict(
+            {SECSUM: ConfigRecord({"json": json.dumps({"what": what, **arrays.pop("query", {})})})}
+        )
+        for key, arrs in arrays.items():
+            rd[key] = to_array_record(**arrs)
+        out = secure_sum(
+            self.grid,
+            self.roster,
+            rd,
+            shapes,
+            phase=f"secure_{what}",
+            timeout=self.timeout,
+            min_clients=self.min_clients,
+            group_id=group_id,
+        )
+        self.roster.order = [lab for lab in self.roster.order if lab in out.labels]
+        return out
+
     def _reader(self, n_features: int):
         """A reader of moments of ``n_features`` features over the declared records."""
 
@@ -189,6 +214,7 @@ class FlowerGateways:
         features: str,
         timeout: float,
         min_clients: int,
+        secure: bool = False,
         **kw,
     ) -> FlowerGateways:
         """The first contact: every node's label and its moments (or, with
@@ -201,6 +227,8 @@ class FlowerGateways:
         does a run mixing raw tables with numeric sources.
         """
         content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
+        if secure:  # the enrolment only: the moments come as a secure sum
+            content = _json_record("features", {"mode": "count", "auto": features == "auto"})
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
@@ -231,6 +259,14 @@ class FlowerGateways:
         by_label = [(lab, replies[roster.node_of[lab]]) for lab in roster.order]
         tables = [lab for lab, rep in by_label if "source" in rep.content]
         numeric = [lab for lab, _ in by_label if lab not in tables]
+        if tables and secure:
+            raise RuntimeError(
+                "secure aggregation: gateways "
+                + ", ".join(tables)
+                + " hold raw tables; the feature pipeline's column summaries (category "
+                "counts, quantile sketches) cannot be summed securely; run with "
+                "features='numeric' or without secure aggregation"
+            )
         if tables and numeric:
             raise RuntimeError(
                 "features='auto': gateways "
@@ -248,6 +284,12 @@ class FlowerGateways:
                 src = rep.content["source"]
                 return read_count(rep.content["count"]["count"]), read_count(src["n-columns"])
 
+        elif secure:
+
+            def enrol(lab, rep):
+                c = rep.content["count"]
+                return read_count(c["count"]), read_count(c["n-features"])
+
         else:
             widths = [_width(rep) for _, rep in by_label]
             n_features = max(set(widths), key=widths.count)  # the gateways' majority
@@ -258,10 +300,24 @@ class FlowerGateways:
         enrolled = roster.parse(
             by_label, "first contact", enrol, min_clients=min_clients, what="the first contact"
         )
-        first = None if tables else [m for _, m in enrolled]
-        counts = {lab: (v[0] if tables else v.count) for lab, v in enrolled}
+        first = None if (tables or secure) else [m for _, m in enrolled]
+        counts = {lab: (v[0] if (tables or secure) else v.count) for lab, v in enrolled}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
         knows = {k: any(_flag(rep, k) for _, rep in by_label) for k in ("reference", "feedback")}
+        n_features = None
+        if secure:
+            widths = [v[1] for _, v in enrolled]
+            n_features = max(set(widths), key=widths.count)  # the gateways' majority
+            for lab, v in enrolled:
+                if v[1] != n_features:
+                    roster.drop(
+                        lab,
+                        "first contact",
+                        f"{v[1]} features, not {n_features}",
+                        min_clients,
+                        "the first contact",
+                    )
+            counts = {lab: c for lab, c in counts.items() if lab in roster.order}
         gateways = cls(
             grid,
             roster,
@@ -270,6 +326,8 @@ class FlowerGateways:
             first_moments=first,
             declared=counts,
             columns=columns,
+            secure=secure,
+            n_features=n_features,
             **kw,
         )
         gateways.knows = knows
@@ -279,7 +337,7 @@ class FlowerGateways:
         """The feature pipeline of gateways holding raw tables, in two phases:
         ``query.summaries`` (each gateway's column summaries -> merged -> decisions)
         and ``query.feature_moments`` (moments of the encoded features -> scaling)."""
-        if self._moments is not None:
+        if self._moments is not None or self.secure:
             return None
         pipe = FeaturePipeline(**self.pipeline_params)
         sent = {"params": jsonable(pipe.get_params())}
@@ -316,7 +374,26 @@ class FlowerGateways:
     def moments(self) -> list[Moments]:
         """The first contact's moments, or (raw tables) the moments of the pipeline's
         outputs: the fitted pipeline goes to every gateway, which transforms its table
-        and keeps the result."""
+        and keeps the result. Under secure aggregation, one pooled moments: two secure
+        sums (the records' sum, then the squared deviations from the pooled mean)."""
+        if self._moments is None and self.secure:
+            n = self.n_features
+            first = self._secure_sum("moments", {"n": (1,), "sum": (n,)})
+            total = sum(self.declared[lab] for lab in first.labels)
+            if abs(float(first.sums["n"][0]) - total) > 0.5 + float(first.bound["n"][0]):
+                raise RuntimeError(
+                    f"secure aggregation: the summed record count {first.sums['n'][0]:.1f} "
+                    f"is not the {total} the gateways declared"
+                )
+            mean = first.sums["sum"] / total
+            second = self._secure_sum("m2", {"m2": (n,)}, std={"mean": mean})
+            if second.labels != first.labels:  # a gateway left between the two sums
+                raise RuntimeError(
+                    "secure aggregation: gateways "
+                    + ", ".join(sorted(set(first.labels) - set(second.labels)))
+                    + " left between the two sums of the moments"
+                )
+            self._moments = [Moments(total, mean, np.maximum(second.sums["m2"], 0.0))]
         if self._moments is None:
             content = _json_record(
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
@@ -327,9 +404,13 @@ class FlowerGateways:
         return self._moments
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
+        n = std.mean.shape[0]
+        if self.secure:
+            out = self._secure_sum("gram", {"G": (n, n)}, std=_std_arrays(std))
+            G = out.sums["G"]
+            return 0.5 * (G + G.T), [self.declared[lab] for lab in out.labels]
         content = RecordDict({"std": to_array_record(**_std_arrays(std))})
         replies = self._ask(content, "query.gram", "gram", "the Gram matrices")
-        n = std.mean.shape[0]
 
         def gram_of(lab, rep):
             count = read_count(rep.content["count"]["count"])
@@ -362,13 +443,18 @@ class FlowerGateways:
             "rank": setup.rank,
             "rank_reason": setup.rank_reason,
         }
-        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": setup.sketch_rank})
+        k_sketch = 0 if self.secure else setup.sketch_rank
+        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": k_sketch})
         content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
         replies = self._ask(content, "train.setup", "setup", "the setup")
         records.labels = list(self.roster.order)
         if not setup.sketch_rank:
             return None
         n = std.mean.shape[0]
+        if self.secure:  # the merge needs sum_i B_i B_i^T only: one factor of it
+            out = self._secure_sum("sketch", {"BB": (n, n)}, query={"rank": setup.sketch_rank})
+            records.labels = list(self.roster.order)
+            return [factor(out.sums["BB"])]
 
         def sketch_of(lab, rep):
             B = np.asarray(arrays_of(rep.content["sketch"])["B"], dtype=float)
@@ -392,6 +478,7 @@ class FlowerGateways:
             max_misses=self.max_misses,
             records=self.records(),
             declared=self.declared,
+            secure=self,
         )
         return self._clients
 
@@ -412,6 +499,7 @@ class FlowerGateways:
             "stop_reason": res.stop_reason,
             "trim_history": outcome.trim_history,
             "trust": outcome.trust,
+            "secure_aggregation": self.secure,
         }
         content = RecordDict(
             {
@@ -446,7 +534,17 @@ class RemoteClients:
     """
 
     def __init__(
-        self, grid, gw: Roster, V0, *, timeout, min_clients, max_misses, records=None, declared=None
+        self,
+        grid,
+        gw: Roster,
+        V0,
+        *,
+        timeout,
+        min_clients,
+        max_misses,
+        records=None,
+        declared=None,
+        secure: FlowerGateways | None = None,
     ):
         self.grid, self.gw, self.V0 = grid, gw, V0
         self.declared = dict(declared or {})
@@ -459,6 +557,8 @@ class RemoteClients:
         self.misses = dict.fromkeys(gw.order, 0)
         self.initialised: set[str] = set()
         self.rnd = 0
+        # secure aggregation: each round is a secure sum of the gateways' round sums
+        self.secure = secure if secure is not None and secure.secure else None
 
     def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
         gw = self.gw
@@ -474,6 +574,10 @@ class RemoteClients:
             if lab not in self.initialised:
                 rd["init"] = to_array_record(V0=self.V0)
             contents[gw.node_of[lab]] = RecordDict(rd)
+        if self.secure is not None:
+            return secure_round(
+                self, targets, {gw.node_of[t]: contents[gw.node_of[t]] for t in targets}
+            )
         replies, failed, s_b, r_b = exchange(
             self.grid, contents, "train", str(self.rnd), self.timeout
         )
@@ -496,28 +600,8 @@ class RemoteClients:
         for i, why in sorted(out_of_scale(reports, counts).items(), reverse=True):
             failed[gw.node_of[answered[i]]] = f"invalid reply: {why}"
             del reports[i], answered[i]
-        self.initialised.update(targets)
-        for lab in targets:
-            if lab in answered:
-                self.misses[lab] = 0
-                continue
-            self.misses[lab] += 1
-            why = failed.get(gw.node_of[lab])
-            gw.failed[lab] = f"round {self.rnd}: {why}"
-            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
-            if self.misses[lab] >= self.max_misses:
-                self.active.remove(lab)
-                if self.records is not None and lab in self.records.labels:
-                    self.records.labels.remove(lab)
-        if len(reports) < self.min_clients:
-            log(
-                WARNING,
-                "fedep: round %d has %d replies < min-clients=%d; stopping",
-                self.rnd,
-                len(reports),
-                self.min_clients,
-            )
-            raise TooFewClients(f"round {self.rnd}: {len(reports)} valid replies")
+        self.account(targets, answered, {gw.label_of[n]: w for n, w in failed.items()})
+        rep = merge_reports(reports)
         rep = merge_reports(reports)
         rep.info = {
             "participants": answered,
@@ -527,197 +611,29 @@ class RemoteClients:
         }
         return rep
 
-
-class RemoteCounts:
-    """:class:`~fedep.core.trimming.ScoreCounts` over the gateways: each query is one
-    ``query.trim`` exchange, each gateway answering with the counts of its own values.
-    """
-
-    def __init__(
-        self, records: RemoteRecords, kind: str, std: dict, params: dict, subset: str = "train"
-    ):
-        self.records, self.kind, self.std, self.params = records, kind, std, params
-        self.columns = kind == "coords"
-        self.cfg = {} if subset == "train" else {"subset": subset}
-
-        def range_of(rep):
-            a = arrays_of(rep.content["range"])
-            lo, hi = np.asarray(a["lo"], dtype=float), np.asarray(a["hi"], dtype=float)
-            if lo.shape != hi.shape or not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-                raise ValueError(f"range of shapes {lo.shape}, {hi.shape} or not finite")
-            n = int(rep.content["count"]["count"])
-            if n < 0:
-                raise ValueError("count < 0")
-            return lo, hi, n
-
-        replies = records.ask("range", kind, std, params, **self.cfg)
-        ranges = records.parse(replies, range_of)
-        # a gateway with no values of the subset (no reference) bounds nothing
-        held = [r for r in ranges if r[2] > 0] or ranges
-        lo = np.min([r[0] for r in held], axis=0)
-        hi = np.max([r[1] for r in held], axis=0)
-        # each gateway's count bounds its answers: a count search adds up what the
-        # gateways say, so one that claims more values than it declared, or counts that
-        # fall as the cut grows, would move the cut for every gateway
-        self.n_of = {lab: r[2] for (lab, _), r in zip(replies, ranges, strict=True)}
-        self.n = int(sum(self.n_of.values()))
-        self.lo, self.hi = (lo, hi) if self.columns else (float(lo[0]), float(hi[0]))
-        self.n_queries = 0
-
-    def _counts(self, op: str, t, **cfg) -> np.ndarray:
-        self.n_queries += 1
-        t = np.asarray(t, dtype=float)
-        t = t if self.columns else np.atleast_1d(t)
-
-        def counts_of(label, rep):
-            c = np.asarray(arrays_of(rep.content["counts"])["c"])
-            if c.shape != t.shape or c.dtype.kind not in "iu" or (c < 0).any():
-                raise ValueError(f"counts of shape {c.shape} and type {c.dtype}, not {t.shape}")
-            if (c > self.n_of[label]).any():
-                raise ValueError(f"counts above the {self.n_of[label]} values it declared")
-            # a count of values at or below t cannot fall as t grows
-            order = np.argsort(t, axis=-1, kind="stable")
-            if (np.diff(np.take_along_axis(c, order, axis=-1), axis=-1) < 0).any():
-                raise ValueError("counts that fall as the cut grows")
-            return c
-
-        reps = self.records.ask(op, self.kind, self.std, self.params, T=t, **cfg, **self.cfg)
-        return sum(self.records.parse(reps, counts_of, labelled=True))
-
-    def le(self, t) -> np.ndarray:
-        return self._counts("le", t)
-
-    def abs_le(self, t, center: float) -> np.ndarray:
-        return self._counts("abs_le", t, center=float(center))
-
-
-class RemoteRecords:
-    """:class:`~fedep.core.trimming.TrimRecords` over the gateways (``query.trim``).
-
-    The records and the kept sets stay on the gateways; the server sends the
-    standardisation, the model's parameters and candidate cuts and gets counts and
-    sums back. Every gateway still in the run must answer: a count search cannot lose
-    a gateway half way (the run ends with one line naming the gateway that failed).
-    """
-
-    def __init__(self, grid, gw: Roster, timeout: float, min_clients: int):
-        self.grid, self.gw, self.timeout, self.min_clients = grid, gw, timeout, min_clients
-        self.labels = list(gw.order)
-        # the kept records' moments of the last cut, with the gateways that sent them:
-        # the next kept_moments() needs no exchange while those gateways are the run's
-        self._kept: tuple[list[str], list[Moments]] | None = None
-
-    def ask(self, op: str, kind: str, std: dict | None, params: dict | None, T=None, **cfg):
-        """One ``query.trim`` exchange; ``(label, reply)`` in gateway order."""
+    def account(self, targets: list[str], answered: list[str], failed: dict[str, str]) -> None:
+        """Count the round's misses (a gateway missing ``max_misses`` rounds in a row
+        leaves the run); fewer than ``min_clients`` answers end it."""
         gw = self.gw
-        if len(self.labels) < self.min_clients:
-            raise RuntimeError(
-                f"only {len(self.labels)} gateways left for record trimming; "
-                f"min-clients={self.min_clients}{gw.why()}"
+        self.initialised.update(targets)
+        for lab in targets:
+            if lab in answered:
+                self.misses[lab] = 0
+                continue
+            self.misses[lab] += 1
+            why = failed.get(lab)
+            gw.failed[lab] = f"round {self.rnd}: {why}"
+            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
+            if self.misses[lab] >= self.max_misses:
+                self.active.remove(lab)
+                if self.records is not None and lab in self.records.labels:
+                    self.records.labels.remove(lab)
+        if len(answered) < self.min_clients:
+            log(
+                WARNING,
+                "fedep: round %d has %d replies < min-clients=%d; stopping",
+                self.rnd,
+                len(answered),
+                self.min_clients,
             )
-        rd = {"trim": ConfigRecord({"json": json.dumps({"op": op, "kind": kind, **cfg})})}
-        if std is not None:
-            rd["std"] = to_array_record(mean=std["mean"], scale=std["scale"])
-        if params:
-            rd["params"] = to_array_record(
-                **{k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in params.items()}
-            )
-        if T is not None:
-            rd["query"] = to_array_record(T=T)
-        return ask(
-            self.grid,
-            gw,
-            RecordDict(rd),
-            "query.trim",
-            phase=f"trim {op}",
-            what="record trimming",
-            timeout=self.timeout,
-            min_clients=self.min_clients,
-            labels=self.labels,
-            require_all=True,
-        )
-
-    def parse(self, replies, read, *, labelled: bool = False) -> list:
-        """``read(reply)`` (``read(label, reply)`` if ``labelled``) of each ``(label,
-        reply)``; a malformed reply ends the run with one line naming its gateway."""
-        out = []
-        for lab, rep in replies:
-            try:
-                out.append(read(lab, rep) if labelled else read(rep))
-            except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
-                raise RuntimeError(
-                    f"gateway {lab} sent a malformed record-trimming reply: {exc}"
-                ) from None
-        return out
-
-    def counts(self, kind, mean, scale, params, subset="train"):
-        return RemoteCounts(self, kind, {"mean": mean, "scale": scale}, params, subset)
-
-    def sums(self, subset, mean, scale):
-        n = np.asarray(mean).shape[0]
-
-        def sums_of(rep):
-            a = arrays_of(rep.content["sums"])
-            count = read_count(rep.content["count"]["count"])
-            return check_subset_sums(count, a["total"], a["gram"], n, None)
-
-        reps = self.ask("sums", "", {"mean": mean, "scale": scale}, None, subset=subset)
-        parts = self.parse(reps, sums_of)
-        return tuple(sum(p[i] for p in parts) for i in range(3))
-
-    def exclude(self, mean, scale, params):
-        def counts_of(rep):
-            c = rep.content["count"]
-            n_labels, n_excluded = int(c["attack-labels"]), int(c["excluded"])
-            if not 0 <= n_labels <= n_excluded or n_excluded > self.gw_count(rep):
-                raise ValueError(f"{n_labels} attack labels and {n_excluded} records excluded")
-            return n_labels, n_excluded
-
-        reps = self.ask("exclude", "", {"mean": mean, "scale": scale}, params)
-        parts = self.parse(reps, counts_of)
-        return sum(p[0] for p in parts), sum(p[1] for p in parts)
-
-    def gw_count(self, rep) -> int:
-        """The records a gateway's reply says it holds (bounds its exclusion count)."""
-        return int(rep.content["count"]["count"])
-
-    def cut(self, kind, mean, scale, params, cut, min_rows):
-        std = {"mean": mean, "scale": scale}
-        reps = self.ask("cut", kind, std, params, cut=float(cut), **{"min-rows": int(min_rows)})
-
-        def kept_of(rep):
-            k = rep.content["kept"]
-            return int(k["n-kept"]), float(k["kept-sum"]), bool(k["changed"])
-
-        kept = self.parse(reps, kept_of)
-        moments = self.parse(reps, _moments_of)
-        for (lab, _), (n, *_), m in zip(reps, kept, moments, strict=True):
-            if m.count != n:
-                raise RuntimeError(
-                    f"gateway {lab} sent a malformed record-trimming reply: moments of "
-                    f"{m.count} records for {n} kept"
-                )
-        self._kept = ([lab for lab, _ in reps], moments)
-        n_kept = int(sum(k[0] for k in kept))
-        return n_kept, float(sum(k[1] for k in kept)), any(k[2] for k in kept)
-
-    def kept_moments(self):
-        if self._kept is not None and self._kept[0] == self.labels:
-            return self._kept[1]
-        return self.parse(self.ask("moments", "", None, None), _moments_of)
-
-    def ppca_sums(self, mean, scale, V):
-        r = V.shape[1]
-
-        def sums_of(rep):
-            sum_t2 = np.asarray(arrays_of(rep.content["sums"])["sum_t2"], dtype=float)
-            if sum_t2.shape != (r,):
-                raise ValueError(f"sum_t2 of shape {sum_t2.shape}, not ({r},)")
-            return (
-                int(rep.content["count"]["count"]),
-                sum_t2,
-                float(rep.content["count"]["sum-res"]),
-            )
-
-        reps = self.ask("ppca-sums", "", {"mean": mean, "scale": scale}, {"V": V})
-        return add_ppca_sums(self.parse(reps, sums_of))
+            raise TooFewClients(f"round {self.rnd}: {len(answered)} valid replies")
