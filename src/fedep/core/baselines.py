@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedep.core._linalg import thin_svd
+from fedep.core._threads import blas_threads
 
 __all__ = ["top_subspace", "pooled_pca", "local_pca", "oneshot_merge", "client_sketch"]
 
@@ -20,7 +21,9 @@ def top_subspace(G: np.ndarray, r: int) -> np.ndarray:
 
 def pooled_pca(X: np.ndarray, r: int) -> np.ndarray:
     """Top-r right singular subspace of the pooled (centred) records."""
-    _, _, vt = thin_svd(X)
+    N, n = X.shape
+    with blas_threads(4.0 * N * n * min(N, n)):
+        _, _, vt = thin_svd(X)
     return vt[:r].T
 
 
@@ -55,11 +58,14 @@ def client_sketch(X: np.ndarray, k: int) -> np.ndarray:
     X = np.asarray(X, dtype=float)
     N, n = X.shape
     if N >= 2 * n:
-        lam, V = np.linalg.eigh(X.T @ X)
+        with blas_threads(2.0 * N * n * n):
+            G = X.T @ X
+        lam, V = np.linalg.eigh(G)
         s = np.sqrt(np.clip(lam[::-1], 0.0, None))
         k = min(k, n)
         return V[:, ::-1][:, :k] * s[:k]
-    _, s, vt = thin_svd(X)
+    with blas_threads(4.0 * N * n * min(N, n)):
+        _, s, vt = thin_svd(X)
     k = min(k, s.size)
     return vt[:k].T * s[:k]
 
