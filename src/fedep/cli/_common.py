@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": ("fedep.cli.reproduce", "rerun the paper's experiments"),
     "data": ("fedep.cli.data", "check the dataset files; summarise a partition"),
+    "warmup": ("fedep.cli.warmup", "compile the numerical kernels now, not in the first fit"),
 }
 
 #: ``--method``'s values in words (``fit``, ``federate``).
