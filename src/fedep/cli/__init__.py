@@ -19,6 +19,7 @@ Commands::
     fedep reproduce --out DIR [--quick] [--data-dir DIR] [--datasets ...] [--seeds ...]
     fedep data verify  [--data-dir DIR]
     fedep data summary (--dataset NAME | --train PATH) --clients D --partition P
+    fedep warmup    [--quiet]   (compile the numba kernels once, ahead of the first fit)
     fedep --version
 
 One module per command (:mod:`~fedep.cli.fit`, :mod:`~fedep.cli.score`,
