@@ -13,6 +13,7 @@ Flower starts a ClientApp process per message, and most messages read none.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,10 @@ def load_gateway_table(node_config: dict):
     if _is_partition(cfg):
         return _partition_table(cfg)
     path = str(cfg.get("data-path", ""))
+    key = _table_key(cfg, path)
+    hit = _TABLE_CACHE.get("table")
+    if key is not None and hit is not None and hit[0] == key:
+        return hit[1].copy(), hit[2]
     try:
         df = _load_gateway_table(cfg, path)
     except GatewayDataError:
@@ -144,7 +149,29 @@ def load_gateway_table(node_config: dict):
         raise GatewayDataError(
             f"gateway data: {path}: no records ({df.shape[0]} rows, {df.shape[1]} columns)"
         )
-    return df, _table_label(cfg, path)
+    label = _table_label(cfg, path)
+    if key is not None:
+        _TABLE_CACHE["table"] = (key, df.copy(), label)
+    return df, label
+
+
+#: The last table read, kept by a long-running ClientApp process
+#: (:mod:`fedep.flower.executor`) between the messages of a run: ``(key, frame, label)``.
+_TABLE_CACHE: dict[str, tuple] = {}
+
+
+def _table_key(cfg: dict, path: str) -> tuple | None:
+    """What identifies a read of ``path`` with ``cfg``: the node config and the file's
+    identity (device, inode, size, modification time in ns); None when it cannot be
+    stat'ed (the read then fails with its own message)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (
+        tuple(sorted((k, str(v)) for k, v in cfg.items())),
+        (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns),
+    )
 
 
 def _load_gateway_table(cfg: dict, path: str):
