@@ -150,25 +150,31 @@ def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
     ], lines
     for i, site in enumerate(("site-a", "site-b")):
         _csv(tmp_path / f"{site}.csv", seed=i)
-    for line in lines[:3]:
-        proc = _run(line, tmp_path, timeout=60)
-        assert proc.returncode == 0, (line, proc.stderr[-2000:])
-    assert _run("fedep federate --role keys --node-key rogue.key", tmp_path).returncode == 0
+    keys = [*lines[:3], "fedep federate --role keys --node-key rogue.key"]
+    procs = [_start(line, tmp_path) for line in keys]  # independent: side by side
+    try:
+        for line, p in zip(keys, procs, strict=True):
+            err = p.communicate(timeout=120)[1]
+            assert p.returncode == 0, (line, err[-2000:])
+    finally:
+        for p in procs:
+            _stop(p)
     started = []
     try:
         server = _start(lines[3], tmp_path)
         started.append(server)
         _wait_port(port, server)
-        # an unregistered key: the SuperLink refuses the SuperNode, the command says so
-        rogue = lines[4].replace("site-a", "rogue")
-        proc = _run(rogue, tmp_path, timeout=90)
-        assert proc.returncode == 1, proc.stderr[-2000:]
-        assert "Failed to activate SuperNode" in proc.stderr, proc.stderr[-2000:]
-        assert "Traceback" not in proc.stderr
+        # beside the two gateways, one whose key was not registered: the SuperLink
+        # refuses its SuperNode, and the command says so
+        rogue = lines[4].replace("site-a.key", "rogue.key").replace("runs/site-a", "runs/rogue")
+        intruder = _start(rogue, tmp_path)
         gateways = [_start(line, tmp_path) for line in lines[4:6]]
-        started += gateways
+        started += [intruder, *gateways]
+        err = intruder.communicate(timeout=120)[1]
+        assert intruder.returncode == 1, err[-2000:]
+        assert "Failed to activate SuperNode" in err and "Traceback" not in err, err[-2000:]
         for p in [*gateways, server]:
-            out, err = p.communicate(timeout=240)
+            err = p.communicate(timeout=240)[1]
             assert p.returncode == 0, (p.args, err[-3000:])
     finally:
         for p in started:

@@ -165,7 +165,7 @@ def _server(args, hooks) -> int:
         raise UsageError("--role server needs --certs DIR (fedep federate --role keys)")
     tls = None
     if args.certs is not None:
-        tls = server_files(args.certs)
+        tls = server_files(args.certs.expanduser().resolve())  # the SuperLink runs in --out
         if args.join:  # only the CA is needed to reach a running SuperLink
             _need(tls.ca_cert, "--certs")
         else:

@@ -20,12 +20,12 @@ user, not once per ClientApp process. Set ``NUMBA_CACHE_DIR`` (inherited by ever
 process of the deployment) to put the cache elsewhere, e.g. when ``HOME`` is not
 writable.
 
-For a real network, run the same commands on the machines themselves, with TLS
-(``flower-superlink --ssl-ca-certfile --ssl-certfile --ssl-keyfile``,
-``flower-supernode --root-certificates``) and node authentication
-(``--enable-supernode-auth`` on the SuperLink, ``flwr supernode register`` of every
-gateway's public key, ``--auth-supernode-private-key`` on the SuperNode), never
-``--insecure``.
+Each SuperNode runs with ``--isolation process`` beside a long-running ClientApp
+executor (:mod:`fedep.flower.executor`, :func:`executor_cmd`) by default; ``isolation=
+"subprocess"`` is Flower's own process per message.
+
+Across machines (TLS, SuperNode authentication, never ``--insecure``):
+:mod:`fedep.flower.roles` and ``docs/deployment.md``.
 """
 
 from __future__ import annotations

@@ -78,14 +78,17 @@ def run_task(address: str, token: str, certificates: bytes | None) -> str:
     )
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     wall, cpu = time.monotonic(), time.process_time()
+    t_pull = t_app = wall
     context = message = reply = None
     status, details = SubStatus.FAILED, "ClientApp task failed"
     try:
         heartbeat.start()
         message, context, run, _fab = pull_task_input(client)
+        t_pull = time.monotonic()
         if run.fab_id != FAB_ID:
             raise ValueError(f"this executor runs fedep's app only ({FAB_ID}), not {run.fab_id}")
         reply = app(message=message, context=context)
+        t_app = time.monotonic()
         status, details = SubStatus.COMPLETED, ""
     except Exception as exc:  # noqa: BLE001 - every failure is a reply, as flwr-clientapp does
         log(ERROR, "ClientApp raised an exception", exc_info=exc)
@@ -105,13 +108,18 @@ def run_task(address: str, token: str, certificates: bytes | None) -> str:
                 heartbeat.stop()
             client.close()
             kind = message.metadata.message_type if message is not None else "?"
+            end = time.monotonic()
             log(
                 INFO,
-                "fedep executor: %s %s in %.3f s, %.3f CPU-s",
+                "fedep executor: %s %s in %.3f s, %.3f CPU-s (pull %.3f s, app %.3f s, "
+                "push %.3f s)",
                 kind,
                 status,
-                time.monotonic() - wall,
+                end - wall,
                 time.process_time() - cpu,
+                t_pull - wall,
+                max(t_app - t_pull, 0.0),
+                end - max(t_app, t_pull),
             )
     return status
 

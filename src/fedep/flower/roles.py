@@ -162,7 +162,11 @@ class ServerRole(LocalDeployment):
                     str(self.port),
                 ],  # fmt: skip
             )
-            self._wait_port(self.port, "superlink", host=split_address(self.dial)[0])
+            try:
+                self._wait_port(self.port, "superlink", host=split_address(self.dial)[0])
+            except RunFailed:
+                why = " ".join(exit_reason(self.log("superlink")))
+                raise RunFailed(f"superlink exited: {why}") from None
         for key in self.node_keys:
             self.register(Path(key))
         return self
@@ -279,17 +283,25 @@ class GatewayRole(LocalDeployment):
                     lines = exit_reason(self.log(name)) or [f"exit status {proc.returncode}"]
                     raise RunFailed(f"{name} exited: {' | '.join(lines)}")
             if once and path.exists() and path.stat().st_mtime_ns != before:
-                return path
+                if self._finalize_sent() or time.monotonic() > deadline - 1:
+                    return path
             if on_wait is not None:
                 on_wait()
             time.sleep(0.2)
         return None
 
+    def _finalize_sent(self) -> bool:
+        """Whether the SuperNode has sent its reply to the run's last message
+        (``evaluate.finalize``): only then may a ``--once`` gateway stop."""
+        log = self.log("supernode-0")
+        at = log.rfind("Sending: evaluate.finalize")
+        return at >= 0 and "Sent successfully" in log[at:]
+
 
 def exit_reason(text: str) -> list[str]:
     """Why a Flower process exited: the lines after its last ``Exit Code`` line (e.g.
     "[code: 2004] Failed to activate SuperNode." for an unregistered key), else
-    :func:`log_error`."""
+    :func:`log_error`, else the log's last line."""
     lines = [ANSI.sub("", ln).strip() for ln in text.splitlines()]
     at = [i for i, ln in enumerate(lines) if re.search(r"ERROR\b.*Exit Code: \d+", ln)]
     if at:
@@ -300,4 +312,5 @@ def exit_reason(text: str) -> list[str]:
             if ln:
                 out.append(re.sub(r"^ERROR\s*:?\s*", "", ln))
         return [" ".join(out)]
-    return log_error(text)
+    last = [ln for ln in lines if ln]
+    return log_error(text) or last[-1:]
