@@ -93,18 +93,27 @@ clientapp = "fedep.flower.client_app:app"
 MARKER_ENV = "FEDEP_LAUNCH_ID"
 
 #: ``flower-supernode`` with its idle wait between two pulls from the SuperLink (3 s,
-#: fixed in Flower 1.42) capped at ``argv[1]`` seconds, and its wait for a ClientApp
-#: reply (0.5 s between two looks at its own in-memory state) capped at 0.01 s. Falls
-#: back to the plain SuperNode if Flower's internals differ.
+#: fixed in Flower 1.42) adaptive: 20 ms after a message (the next one of a run follows
+#: within a round trip), growing by half at each empty pull up to ``argv[1]`` seconds;
+#: and its wait for a ClientApp reply (0.5 s between two looks at its own in-memory
+#: state) capped at 10 ms. Falls back to the plain SuperNode if Flower's internals differ.
 _SUPERNODE_SHIM = """\
 import sys, time, types
 cap = float(sys.argv.pop(1))
+idle = [min(cap, 0.02)]
+def sleep(s):
+    if s >= 1:  # an empty pull: back off
+        time.sleep(idle[0])
+        idle[0] = min(cap, idle[0] * 1.5)
+    else:  # waiting for the reply to a message just pulled: look again soon
+        idle[0] = min(cap, 0.02)
+        time.sleep(min(s, cap, 0.01))
 try:
     import flwr.supernode.start_client_internal as sci
     if getattr(sci, "time", None) is time:
         fast = types.ModuleType("time")
         fast.__dict__.update(vars(time))
-        fast.sleep = lambda s: time.sleep(min(s, cap if s >= 1 else min(cap, 0.01)))
+        fast.sleep = sleep
         sci.time = fast
 except Exception:
     pass

@@ -128,7 +128,7 @@ def serve(
     address: str,
     *,
     certificates: bytes | None = None,
-    poll_interval: float = 0.05,
+    poll_interval: float = 0.2,
     stop: threading.Event | None = None,
 ) -> None:
     """Claim and run the SuperNode's ClientApp tasks until ``stop`` is set.
@@ -139,8 +139,9 @@ def serve(
         The SuperNode's Runtime API, ``host:port``.
     certificates : bytes, optional
         PEM root certificates of the Runtime API's TLS (None: plain HTTP, loopback).
-    poll_interval : float, default 0.05
-        Seconds between two ``AcquireTask`` calls when no task is pending.
+    poll_interval : float, default 0.2
+        Longest wait between two ``AcquireTask`` calls when no task is pending: 10 ms
+        after a task, growing by half at each empty call up to this.
     stop : threading.Event, optional
         Set to end the loop (after the task in progress).
     """
@@ -149,13 +150,16 @@ def serve(
         address, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec")
     )
     request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP.value])
+    wait = min(0.01, poll_interval)
     try:
         while not stop.is_set():
             res = client.AcquireTask(request)
             if res.HasField("task") and res.token:
                 run_task(address, res.token, certificates)
-                continue  # the next message of a round is often already there
-            stop.wait(poll_interval)
+                wait = min(0.01, poll_interval)  # the run's next message follows soon
+                continue
+            stop.wait(wait)
+            wait = min(poll_interval, wait * 1.5)
     finally:
         client.close()
 
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runtime-api-address", required=True, metavar="HOST:PORT")
     p.add_argument("--root-certificates", metavar="PEM", help="CA of the Runtime API's TLS")
     p.add_argument("--parent-pid", type=int, help="stop when this process ends")
-    p.add_argument("--poll-interval", type=float, default=0.05, metavar="SECONDS")
+    p.add_argument("--poll-interval", type=float, default=0.2, metavar="SECONDS")
     args = p.parse_args(argv)
     certs = None
     if args.root_certificates:
