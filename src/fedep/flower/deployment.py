@@ -476,9 +476,13 @@ class LocalDeployment:
         while not Path(path).exists():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no result after {timeout:g} s (see {self.workdir}/*.log)")
-            for name in [n for n in self.procs if n == "superlink" or n.startswith("executor-")]:
-                if self.procs[name].poll() is not None:
-                    raise RunFailed(f"{name} exited: {' | '.join(log_error(self.log(name)))}")
+            if "superlink" in self.procs and self.procs["superlink"].poll() is not None:
+                raise RunFailed(f"superlink exited: {' | '.join(log_error(self.log('superlink')))}")
+            # a gateway that dies is the server's to record; no executor left is no run
+            execs = [n for n in self.procs if n.startswith("executor-")]
+            if execs and all(self.procs[n].poll() is not None for n in execs):
+                why = " | ".join(log_error(self.log(execs[0])))
+                raise RunFailed(f"every gateway's executor exited ({execs[0]}: {why})")
             run = self.procs.get("flwr-run")
             if run is not None and run.poll() is not None and not Path(path).exists():
                 time.sleep(0.5)
