@@ -166,6 +166,33 @@ def read_model_file(
         If ``verify_key`` cannot be used (an unreadable key file, a short secret), or
         ``require_signature`` is given without ``verify_key``.
     """
+    env, arrays = read_model_envelope(
+        path,
+        verify_key=verify_key,
+        require_signature=require_signature,
+        max_bytes=max_bytes,
+        max_array_bytes=max_array_bytes,
+        max_meta_bytes=max_meta_bytes,
+        max_ratio=max_ratio,
+    )
+    return env["meta"], arrays
+
+
+def read_model_envelope(
+    path: str | os.PathLike[str],
+    *,
+    verify_key: Any = None,
+    require_signature: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
+    max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
+    max_ratio: float = DEFAULT_MAX_RATIO,
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """:func:`read_model_file`, returning the whole verified envelope instead of its
+    ``meta``: ``{"format", "format_version", "meta", "arrays", "meta_sha256",
+    "sha256"}``, where ``sha256`` is the integrity digest of everything (the one a
+    signature signs), checked against the file's content before this returns.
+    Same parameters, caps and errors as :func:`read_model_file`."""
     if require_signature and verify_key is None:
         raise ValueError("require_signature=True needs a verify_key to check the signature")
     try:
@@ -263,4 +290,4 @@ def read_model_file(
         raise _fail(path, f"is truncated or corrupt ({type(exc).__name__}: {exc})") from None
     if key_error:
         raise key_error[0]
-    return env["meta"], arrays
+    return env, arrays
