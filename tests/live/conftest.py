@@ -1,21 +1,11 @@
-"""Until ``fedep.alerts`` is on this branch, its tests' stand-in takes its place."""
+"""Fixtures of the watcher's tests: a small model fitted on a synthetic Zeek conn.log."""
 
 from __future__ import annotations
 
-import sys
+import pytest
 
-try:
-    import fedep.alerts  # noqa: F401
-except ImportError:  # pragma: no cover - until the alerts unit lands
-    from . import _alerts_standin
-
-    sys.modules["fedep.alerts"] = _alerts_standin
-
-
-import pytest  # noqa: E402
-
-from _zeek import flows, write_zeek  # noqa: E402
-from fedep.cli import main  # noqa: E402
+from _zeek import flows, write_zeek
+from fedep.cli import main
 
 
 def fit_model(directory, *, seed: int = 10, name: str = "model.fedep", extra=()) -> object:

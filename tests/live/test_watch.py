@@ -24,8 +24,11 @@ SECRET = "hmac:" + "k" * 32
 def config(tmp_path, targets, model, **kw) -> WatchConfig:
     kw.setdefault("status_interval", 0)
     return WatchConfig(
-        targets=[str(t) for t in targets], model=str(model), alerts=str(tmp_path / "alerts.json"),
-        position_file=str(tmp_path / "alerts.json.position"), **kw,
+        targets=[str(t) for t in targets],
+        model=str(model),
+        alerts=str(tmp_path / "alerts.json"),
+        position_file=str(tmp_path / "alerts.json.position"),
+        **kw,
     )
 
 

@@ -428,7 +428,8 @@ class Follower:
             s = self.states.get(k)
             if s is None or s.done or budget <= 0:
                 continue
-            chunk = self._read(k, s, int(min(self.read_bytes, budget)))
+            # at least a useful read per file (a header, whole lines), within read_bytes
+            chunk = self._read(k, s, int(min(self.read_bytes, max(budget, 1 << 16))))
             if chunk is not None:
                 out.append(chunk)
                 budget -= len(chunk.data)
@@ -469,13 +470,13 @@ class Follower:
         if not s.fmt:
             head = data if s.offset == 0 else self._head(s)
             if not head:
-                return self._finish(k, s) if finished else None
+                return self._wait(k, s, r, data, finished)
             s.fmt = _format_of(head[:64])
         if s.fmt in ("zeek", "csv") and not s.header:
             if s.offset == 0:
                 taken = self._take_header(s, data, finished)
                 if taken is None:
-                    return self._finish(k, s) if finished else None
+                    return self._wait(k, s, r, data, finished)
                 data = data[taken:]
             else:
                 self._reread_header(s)
@@ -492,6 +493,14 @@ class Follower:
         s.offset += len(body)
         s.line += body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
         return Chunk(Path(s.path), k, s.fmt, s.header, body, first, start, s.offset)
+
+    def _wait(self, k: str, s: FileState, r: _Reader, data: bytes, finished: bool) -> None:
+        """Nothing to hand out yet (a header not complete): keep what a stream read."""
+        if finished:
+            self._finish(k, s)
+        elif r.compressed is not None:
+            r.pending = data
+        return None
 
     def _head(self, s: FileState, n: int = 1 << 16) -> bytes:
         """The first ``n`` (decompressed) bytes of the file."""

@@ -186,8 +186,6 @@ class Watcher:
     def _read_columns(self) -> list[str]:
         f = self.factory
         cols = list(dict.fromkeys([*f.needed_columns, *f.passthrough_columns]))
-        if self.cfg.client_column is not None and self.cfg.client_column not in cols:
-            cols.append(self.cfg.client_column)
         return cols
 
     def _file_columns(self, chunk: Chunk) -> list[str]:
@@ -224,28 +222,30 @@ class Watcher:
             raise WatchStopped(path, f"{why} (--on-error stop)", line=line)
         self.log(f"{where}: {why}; skipped")
 
+    def _skip_file(self, chunk: Chunk, why: str) -> None:
+        """Count a file's lines as bad (reported once per file): it cannot be scored."""
+        n = chunk.data.count(b"\n")
+        if chunk.key not in self._refused:
+            self._refused.add(chunk.key)
+            self._bad(chunk.path, chunk.first_line, f"{why}; its records are not scored")
+            n -= 1
+        self.counters.bad += max(n, 0)
+
     # ------------------------------------------------------------------ one chunk
     def _score_chunk(self, chunk: Chunk, now: float, alerts: list[dict]) -> None:
-        cols = self._file_columns(chunk)
+        try:
+            cols = self._file_columns(chunk)
+        except DataError as exc:  # an unreadable header: that file is not scored
+            self._skip_file(chunk, exc.reason)
+            return
         lacking = missing_columns(self.factory, cols)
-        if self.cfg.client_column is not None and self.cfg.client_column not in cols:
-            lacking.append(self.cfg.client_column)
         if lacking:
             shown = ", ".join(map(repr, lacking))
             if not self._started:
                 raise DataError(
                     chunk.path, f"lacks column(s) needed by the model: {shown}", column=lacking[0]
                 )
-            n = chunk.data.count(b"\n")
-            if chunk.key not in self._refused:
-                self._refused.add(chunk.key)
-                self._bad(
-                    chunk.path,
-                    chunk.first_line,
-                    f"lacks column(s) needed by the model: {shown}; its records are not scored",
-                )
-                n -= 1
-            self.counters.bad += max(n, 0)
+            self._skip_file(chunk, f"lacks column(s) needed by the model: {shown}")
             return
         parsed = parse_lines(
             chunk.fmt,
@@ -269,17 +269,10 @@ class Watcher:
             ts = frame["ts"].to_numpy()
             if np.isfinite(ts).any():
                 self.counters.last_ts = float(np.nanmax(ts))
-        client = self.cfg.client_column
-        if client is None:
-            parts = [(self._gateway_of(chunk.path), frame, lines)]
-        else:
-            ids = frame[client].astype(object).where(frame[client].notna(), "").astype(str)
-            parts = []
-            for g, idx in ids.groupby(ids.to_numpy(), sort=False).indices.items():
-                parts.append((str(g), frame.iloc[idx], lines[idx]))
-        for gateway, sub, sub_lines in parts:
-            for a, b in _runs(sub_lines):
-                self._score_run(chunk, gateway, sub.iloc[a:b], sub_lines[a:b], now, alerts)
+        # a client column: the factory reads each record's gateway from it
+        gateway = None if self.cfg.client_column is not None else self._gateway_of(chunk.path)
+        for a, b in _runs(lines):
+            self._score_run(chunk, gateway, frame.iloc[a:b], lines[a:b], now, alerts)
 
     def _score_run(self, chunk, gateway, frame, lines, now, alerts) -> None:
         """Score consecutive lines; a value the model cannot read is reported with its

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from fedep._errors import one_line
-from fedep.alerts import AlertFactory
+from fedep.alerts import AlertFactory, model_identity
 from fedep.data.errors import DataError
 from fedep.modelfile import ModelFileError
 from fedep.modelfile.estimator import load_model
@@ -74,8 +74,10 @@ class ModelSlot:
         after = _signature(self.path)
         if after is not None and after[:2] != (before.st_dev, before.st_ino):
             raise ModelFileError(f"model file {self.path}: replaced while it was read")
-        digest = str(getattr(det, "model_digest_", None) or digest)
-        model_id = f"{self.path.name}@{digest[:12]}"
+        if getattr(det, "model_digest_", None):
+            model_id, digest = model_identity(det)  # as `fedep score` names it
+        else:  # pragma: no cover - load() records the digest it verified
+            model_id = f"{type(det).__name__.lower()}-{digest[:12]}"
         factory = self.make_factory(det, model_id, digest)
         self.model_id, self.digest = model_id, digest
         return factory
