@@ -118,7 +118,10 @@ def test_write_batch_commits_after_the_flush(tmp_path):
         b"{not json",
         b'{"format": "other"}',
         b'{"format": "fedep-watch-positions", "version": 9, "files": []}',
-    ],  # fmt: skip
+        b'{"format": "fedep-watch-positions", "version": 1, "files": [{"path": 1}]}',
+        b'{"format": "fedep-watch-positions", "version": 1, "files": [], '
+        b'"pending": {"records": 3}}',
+    ],
 )
 def test_a_bad_position_file_is_one_line(tmp_path, content):
     (tmp_path / "pos.json").write_bytes(content)

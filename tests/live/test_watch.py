@@ -177,3 +177,24 @@ def test_gateways_from_the_path(tmp_path, model):
     assert {a["gateway"] for a in got} == {"gw1", "gw2"}
     for a in got:
         assert f"/{a['gateway']}/" in a["log"]["file"]
+
+
+def test_json_lines_with_a_client_column_and_ecs_names(tmp_path, model):
+    w = ZeekWriter(tmp_path, seed=5, attack_rate=0.2)
+    df = w.pool.iloc[:200].copy()
+    df["site"] = np.where(np.arange(200) % 2, "gw-a", "gw-b")
+    log = tmp_path / "conn.json"
+    with open(log, "w") as fh:
+        for rec in df.drop(columns="label").to_dict("records"):
+            if rec["service"] == "-":
+                del rec["service"]  # Zeek JSON leaves unset fields out
+            fh.write(json.dumps(rec) + "\n")
+    cfg = config(tmp_path, [log], model, once=True, client_column="site", ecs=True)
+    Watcher(cfg).run()
+    got = [r for r in records(tmp_path / "alerts.json") if r["event"]["kind"] == "alert"]
+    assert got
+    assert {r["observer"]["name"] for r in got} == {"gw-a", "gw-b"}  # each record's gateway
+    assert all(r["source"]["ip"].startswith("10.0.") for r in got)
+    uids = {r["zeek"]["session_id"] for r in got}
+    planted = set(df.loc[df["label"] == 1, "uid"])
+    assert len(planted & uids) >= 0.8 * len(planted)

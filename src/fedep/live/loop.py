@@ -149,9 +149,11 @@ class Watcher:
         self.grouper = (
             None
             if cfg.group_by is None
-            else AlertGrouper(cfg.group_by, cfg.group_window, cfg.group_cap)
+            else AlertGrouper(cfg.group_by, cfg.group_window, cfg.group_cap, ecs=cfg.ecs)
         )
-        self.stats = None if cfg.summary_window is None else WindowStats(cfg.summary_window)
+        self.stats = (
+            None if cfg.summary_window is None else WindowStats(cfg.summary_window, ecs=cfg.ecs)
+        )
         self._recent = np.empty(0)
         self._since_recal = 0
         self._columns: dict[tuple, list[str]] = {}
@@ -170,6 +172,7 @@ class Watcher:
             top_k=self.cfg.top_k,
             ecs=self.cfg.ecs,
             threshold=thr,
+            client_column=self.cfg.client_column,
         )
 
     def _open_sink(self) -> AlertSink:

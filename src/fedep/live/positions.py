@@ -109,6 +109,22 @@ def complete_lines_after(path: str | os.PathLike, mark: dict, backups: int) -> i
     return None
 
 
+_FILE_FIELDS = {"path": str, "dev": int, "ino": int, "offset": int, "line": int}
+
+
+def _check_files(path, files, what: str) -> None:
+    """One line naming the problem unless ``files`` is a list of file positions."""
+    if not isinstance(files, list):
+        raise DataError(path, f"position file: {what!r} is not a list")
+    for i, f in enumerate(files):
+        bad = not isinstance(f, dict) or any(
+            not isinstance(f.get(k), t) or isinstance(f.get(k), bool)
+            for k, t in _FILE_FIELDS.items()
+        )
+        if bad or f["offset"] < 0 or f["line"] < 0:
+            raise DataError(path, f"position file: entry {i} of {what!r} is not a file position")
+
+
 class Positions:
     """The position file (see the module docstring).
 
@@ -139,8 +155,19 @@ class Positions:
             raise DataError(
                 self.path, f"position file version {state.get('version')!r}, expected {VERSION}"
             )
-        if not isinstance(state.get("files"), list):
-            raise DataError(self.path, "position file without a list of files")
+        _check_files(self.path, state.get("files"), "files")
+        pending = state.get("pending")
+        if pending is not None:
+            if not isinstance(pending, dict) or not isinstance(pending.get("records"), list):
+                raise DataError(self.path, "position file: 'pending' holds no list of records")
+            if not all(isinstance(r, dict) for r in pending["records"]):
+                raise DataError(self.path, "position file: a pending record is not an object")
+            _check_files(self.path, pending.get("files"), "pending files")
+            mark = pending.get("mark")
+            if not isinstance(mark, dict) or not all(
+                isinstance(mark.get(k), int) for k in ("dev", "ino", "size")
+            ):
+                raise DataError(self.path, "position file: 'pending' without the alert file's mark")
         self.state = state
         return state
 
@@ -148,8 +175,10 @@ class Positions:
         self.state.update(changes)
         if self.path is None:
             return
-        with atomic_write(self.path, "w") as fh:
-            json.dump(self.state, fh, separators=(",", ":"), allow_nan=False)
+        # json.dumps, not json.dump: the one-shot encoder is the compiled one
+        data = json.dumps(self.state, separators=(",", ":"), allow_nan=False).encode()
+        with atomic_write(self.path) as fh:
+            fh.write(data)
 
     def write_batch(
         self, sink, alert_path, records: list[dict], files: list[dict], **extra
