@@ -23,6 +23,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from fedep._errors import one_line
 from fedep.alerts import AlertFactory, AlertGrouper, AlertSink, WindowStats
 from fedep.data.errors import DataError
 from fedep.data.follow import Chunk, Follower
-from fedep.data.readers.lines import header_columns, parse_lines
+from fedep.data.readers.lines import ParsedLines, header_columns, parse_lines
 from fedep.live.models import ModelSlot, missing_columns
 from fedep.live.positions import Positions, recover
 
@@ -77,6 +78,19 @@ class WatchConfig:
     batch_bytes: int = 8 << 20
     model_check: float = 1.0
     verbose: bool = False
+
+
+@dataclass
+class _Read:
+    """A batch as read: chunks, their rows (or the error), the follower's notes, the
+    positions after it (what its commit saves) and the bytes left unread."""
+
+    chunks: list[Chunk]
+    parsed: list
+    columns: list[str]
+    notes: list
+    positions: list[dict]
+    lag_bytes: int
 
 
 @dataclass
@@ -159,6 +173,10 @@ class Watcher:
         self._columns: dict[tuple, list[str]] = {}
         self._refused: set[str] = set()
         self._started = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: Future | None = None
+        self._positions: list[dict] = self.follower.positions()
+        self._lag_bytes = 0
 
     # ------------------------------------------------------------------ pieces
     def _make_factory(self, det, model_id: str, digest: str) -> AlertFactory:
@@ -235,7 +253,28 @@ class Watcher:
         self.counters.bad += max(n, 0)
 
     # ------------------------------------------------------------------ one chunk
-    def _score_chunk(self, chunk: Chunk, now: float, alerts: list[dict]) -> None:
+    def _parse(self, chunk: Chunk, columns: list[str] | None = None) -> ParsedLines | DataError:
+        """The chunk's rows (``columns``; default: the current model's), or the error."""
+        try:
+            return parse_lines(
+                chunk.fmt, chunk.header, chunk.data, path=chunk.path,
+                first_line=chunk.first_line, columns=columns or self._read_columns(),
+            )  # fmt: skip
+        except DataError as exc:
+            return exc
+
+    def _read(self) -> _Read:
+        """Poll the follower and parse what it hands out (run ahead by a worker thread
+        while the previous batch is scored: reading and parsing overlap scoring)."""
+        chunks = self.follower.poll(self.clock(), max_bytes=self.cfg.batch_bytes)
+        columns = self._read_columns()
+        parsed = [self._parse(c, columns) for c in chunks]
+        return _Read(
+            chunks, parsed, columns, self.follower.take_notes(), self.follower.positions(),
+            self.follower.lag_bytes(),
+        )  # fmt: skip
+
+    def _score_chunk(self, chunk: Chunk, parsed, read_with, now: float, alerts: list[dict]) -> None:
         try:
             cols = self._file_columns(chunk)
         except DataError as exc:  # an unreadable header: that file is not scored
@@ -250,14 +289,11 @@ class Watcher:
                 )
             self._skip_file(chunk, f"lacks column(s) needed by the model: {shown}")
             return
-        parsed = parse_lines(
-            chunk.fmt,
-            chunk.header,
-            chunk.data,
-            path=chunk.path,
-            first_line=chunk.first_line,
-            columns=self._read_columns(),
-        )
+        if read_with != self._read_columns():
+            parsed = self._parse(chunk)  # read ahead for the model swapped in since
+        if isinstance(parsed, DataError):
+            self._skip_file(chunk, parsed.reason)
+            return
         for line, why in parsed.bad:
             self._bad(chunk.path, line, why)
         frame, lines = parsed.frame, parsed.lines
@@ -321,17 +357,23 @@ class Watcher:
         note = self.slot.check(self.known_columns()) if self._model_due(now) else None
         if note:
             self.log(note)
-        chunks = self.follower.poll(now, max_bytes=self.cfg.batch_bytes)
-        for n in self.follower.take_notes():
+        if self._ahead is not None:
+            read, self._ahead = self._ahead.result(), None
+        else:
+            read = self._read()
+        if read.chunks and self._pool is not None and not self.stopping:
+            self._ahead = self._pool.submit(self._read)
+        self._lag_bytes = read.lag_bytes
+        for n in read.notes:
             if n.kind in ("truncated", "gone") or self.cfg.verbose:
                 self.log(n.text)
         alerts: list[dict] = []
-        for chunk in chunks:
-            self._score_chunk(chunk, now, alerts)
+        for chunk, parsed in zip(read.chunks, read.parsed, strict=True):
+            self._score_chunk(chunk, parsed, read.columns, now, alerts)
         self._started = True
         out = self._volume(alerts, now)
-        self._write(out, changed=bool(chunks))
-        return sum(len(c.data) for c in chunks)
+        self._write(out, read.positions if read.chunks else None)
+        return sum(len(c.data) for c in read.chunks)
 
     _last_model_check = float("-inf")
 
@@ -356,15 +398,19 @@ class Watcher:
             out += self.stats.due(now, final=final)
         return out
 
-    def _write(self, records: list[dict], changed: bool) -> None:
-        if not records and not changed:
+    def _write(self, records: list[dict], positions: list[dict] | None) -> None:
+        """Write ``records`` and commit ``positions`` (those after the batch read;
+        ``None``: unchanged)."""
+        if positions is not None:
+            self._positions = positions
+        elif not records:
             return
         thr = self.factory.threshold if self.cfg.recalibrate_rate is not None else None
         self.positions.write_batch(
             self.sink,
             self.cfg.alerts,
             records,
-            self.follower.positions(),
+            self._positions,
             threshold=thr,
             digest=self.slot.digest,
         )
@@ -381,7 +427,7 @@ class Watcher:
         return (
             f"{c.records:,} records (+{c.records - before:,}, {rate:,.0f}/s), "
             f"{c.alerts:,} alerts, {c.written:,} lines written, {c.bad:,} bad lines"
-            f"{lag}, {self.follower.lag_bytes():,} bytes unread, "
+            f"{lag}, {self._lag_bytes:,} bytes unread, "
             f"{len(self.follower.states)} files"
         )
 
@@ -390,6 +436,7 @@ class Watcher:
         everything there is read; then write what is held and save the positions."""
         cfg = self.cfg
         last_status, at_status = self.clock(), 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedep-watch-read")
         try:
             while not self.stopping:
                 n = self.step()
@@ -401,14 +448,20 @@ class Watcher:
                     if cfg.once:
                         break
                     time.sleep(cfg.poll_interval)
+            while self._ahead is not None:  # a batch read ahead: scored before stopping
+                self.step()
             now = self.clock()
             final = []
             if self.grouper is not None:
                 final += self.grouper.flush(now, final=True)
             if self.stats is not None:
                 final += self.stats.due(now, final=True)
-            self._write(final, changed=True)
+            self._write(final, None)
         finally:
+            if self._ahead is not None:
+                self._ahead.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool, self._ahead = None, None
             self.follower.close()
             if self.sink is not None:
                 self.sink.close()

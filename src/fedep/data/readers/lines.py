@@ -109,7 +109,11 @@ def _line_starts(data: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _drop_lines(data: bytes, starts, ends, keep: np.ndarray) -> bytes:
-    return b"".join(data[s : e + 1] for s, e in zip(starts[keep], ends[keep], strict=True))
+    """``data`` without the lines where ``keep`` is False (joined by runs of kept lines:
+    a ``#close`` trailer costs one slice, not one per line)."""
+    flips = np.flatnonzero(np.diff(np.concatenate(([0], keep.astype(np.int8), [0]))))
+    runs = zip(flips[0::2], flips[1::2] - 1, strict=True)  # first, last kept line of a run
+    return b"".join(data[starts[a] : ends[b] + 1] for a, b in runs)
 
 
 def parse_lines(
