@@ -198,3 +198,36 @@ def test_json_lines_with_a_client_column_and_ecs_names(tmp_path, model):
     uids = {r["zeek"]["session_id"] for r in got}
     planted = set(df.loc[df["label"] == 1, "uid"])
     assert len(planted & uids) >= 0.8 * len(planted)
+
+
+def test_grouping_and_window_summaries_account_for_every_alert(tmp_path, model):
+    w = ZeekWriter(tmp_path, seed=6, attack_rate=0.3)
+    w.append(300)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    Watcher(config(plain, [w.path], model, once=True)).run()
+    n_alerts = len(alerts_of(plain / "alerts.json"))
+    cfg = config(tmp_path, [w.path], model, once=True, group_by="id.orig_h", group_window=1e9,
+                 group_cap=1, summary_window=1e9)  # fmt: skip
+    Watcher(cfg).run()
+    recs = records(tmp_path / "alerts.json")
+    let_through = [r for r in recs if r["event"] == "alert"]
+    groups = [r for r in recs if r["event"] == "alert_group"]
+    summaries = [r for r in recs if r["event"] == "window_summary"]
+    assert groups and len({a["id.orig_h"] for a in let_through}) == len(let_through)
+    # every alert is let through or counted in its group: none silently dropped
+    assert len(let_through) + sum(g["suppressed"] for g in groups) == n_alerts
+    assert sum(s["records"] for s in summaries) == 300
+    assert sum(s["alerts"] for s in summaries) == n_alerts
+
+
+def test_stdout_only_with_a_position_file(tmp_path, model, capfd):
+    w = ZeekWriter(tmp_path, seed=7, attack_rate=0.2)
+    w.append(100)
+    cfg = WatchConfig(targets=[str(w.path)], model=str(model), stdout=True, once=True,
+                      position_file=str(tmp_path / "pos.json"), status_interval=0)  # fmt: skip
+    Watcher(cfg).run()
+    out = [json.loads(x) for x in capfd.readouterr().out.splitlines()]
+    assert out and all(r["event"] == "alert" for r in out)
+    Watcher(cfg).run()  # nothing new: nothing printed again
+    assert capfd.readouterr().out == ""
