@@ -73,8 +73,7 @@ def _rule(model: dict | None) -> dict:
 def _alert(a: dict) -> dict:
     flagged = a.get("event") == "alert"
     doc = _base("alert" if flagged else "event", "anomaly" if flagged else "score")
-    ids = {k: v for k, v in a.items() if k not in DEFAULT_ONLY}
-    fields, rest = ecs_fields(ids)
+    fields, rest = ecs_fields(a, DEFAULT_ONLY)
     ts = fields.pop("@timestamp", None)
     if ts is not None:
         doc = {"@timestamp": ts, **doc}

@@ -21,7 +21,7 @@ Elastic Common Schema names (:func:`fedep.alerts.ecs.to_ecs`).
 
 A model's id and digest: a model file stores no id. :func:`model_identity` takes the
 file's integrity digest (SHA-256 of its whole content, the value a signature signs,
-checked when the file was loaded: ``det.model_digest_``) and derives the id from it:
+checked when the file was loaded: ``det.file_sha256_``) and derives the id from it:
 ``<class>-<first 12 hex digits>`` (``fedep-3fa9c2d81b04``), the same for the same file
 wherever it is loaded.
 """
@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.alerts.ecs import to_ecs
-from fedep.alerts.fields import ID_FIELDS, PORT_FIELDS, json_value
+from fedep.alerts.fields import ID_FIELDS, PORT_FIELDS, json_column
 from fedep.alerts.scoring import feature_shares, score_block
 from fedep.data.errors import DataError, bad_value_error
 from fedep.detectors.columns import (
@@ -56,7 +56,7 @@ def model_identity(det) -> tuple[str, str]:
     ----------
     det : BaseFederatedDetector
         A detector loaded from a model file (``fedep.load``), which sets
-        ``model_digest_``.
+        ``file_sha256_``.
 
     Returns
     -------
@@ -70,13 +70,28 @@ def model_identity(det) -> tuple[str, str]:
     ValueError
         If ``det`` was not loaded from a model file (no digest: save it first).
     """
-    digest = getattr(det, "model_digest_", None)
+    digest = getattr(det, "file_sha256_", None)
     if not isinstance(digest, str) or not digest:
         raise ValueError(
             f"this {type(det).__name__} was not loaded from a model file, so it has no "
             "digest: save it (fedep.save) and load it, or pass model_id and model_digest"
         )
     return f"{type(det).__name__.lower()}-{digest[:12]}", digest
+
+
+def _finite_list(a: np.ndarray) -> list:
+    """``a.tolist()`` with None for NaN or infinity (JSON has neither): a score that
+    overflows (an extreme value) is flagged and written as null."""
+    out = a.tolist()
+    bad = ~np.isfinite(a)
+    if bad.any():
+        if a.ndim == 1:
+            for i in np.flatnonzero(bad).tolist():
+                out[i] = None
+        else:
+            for i, j in zip(*np.nonzero(bad), strict=True):
+                out[int(i)][int(j)] = None
+    return out
 
 
 @dataclass
@@ -250,8 +265,11 @@ class AlertFactory:
         if col is not None:
             if col not in frame.columns:
                 raise DataError(source, f"client column {col!r} is not a column", column=col)
-            s = frame[col]
-            return s.astype(object).where(s.notna(), "").astype(str).str.strip().to_numpy(str)
+            # each distinct id's text once (a block holds few gateways): stripped, "" when
+            # missing, as fedep score reads a client column
+            codes, uniques = pd.factorize(frame[col], use_na_sentinel=True)
+            text = np.array([str(u).strip() for u in uniques.tolist()] + [""], dtype=str)
+            return text[codes]  # code -1 (missing): the last entry
         if gateway is None:
             return None
         return np.full(len(frame), str(gateway))
@@ -323,17 +341,19 @@ class AlertFactory:
             return Batch(0, empty, np.zeros(0, bool), [], empty, dict(self.model), gws, none)
         groups = None if gws is None else client_ids(gws, self.det)
         X = self._features(frame, int(first_line), source, where)
+        thr = self.row_thresholds(groups, n)
         try:
-            scores, _, probs, idx, vals = score_block(self.det, X, groups, self._inputs, self.top_k)
+            scores, flags, probs, idx, vals = score_block(
+                self.det, X, groups, self._inputs, self.top_k, thr
+            )
         except FeatureError as exc:
             if not isinstance(exc.row, int | np.integer) or exc.row < 0:
                 raise DataError(source, str(exc)) from None
             raise bad_value_error(exc, source, **{where: int(exc.row)}) from None
-        thr = self.row_thresholds(groups, n)
-        flagged = scores > thr
+        flagged = flags.astype(bool)
         rows = np.arange(n) if all_records else np.flatnonzero(flagged)
-        made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws)
-        self._locate(made, rows, source, int(first_line), where, offsets)
+        log = (source, int(first_line), where, offsets)
+        made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws, log)
         if self.ecs:
             made = [to_ecs(a) for a in made]
         if all_records:
@@ -341,20 +361,20 @@ class AlertFactory:
             return Batch(n, scores, flagged, alerts, thr, dict(self.model), gws, made)
         return Batch(n, scores, flagged, made, thr, dict(self.model), gws)
 
-    def _records(self, frame, rows, flagged, scores, thr, probs, idx, vals, gws) -> list[dict]:
-        """The records of ``rows``: an alert where flagged, else ``"event": "score"``."""
+    def _records(self, frame, rows, flagged, scores, thr, probs, idx, vals, gws, log) -> list[dict]:
+        """The records of ``rows``: an alert where flagged, else ``"event": "score"``;
+        ``log``: (source, first number, "line" or "row", byte offsets or None)."""
         if rows.size == 0:
             return []
         sub = frame if rows.size == len(frame) else frame.iloc[rows]
         cols = [c for c in ID_FIELDS if c in frame.columns and c != self.client_column]
-        values = {c: sub[c].tolist() for c in cols}
-        ports = {c: c in PORT_FIELDS for c in cols}
-        score_l = scores[rows].tolist()
-        thr_l = thr[rows].tolist()
-        prob_l = probs[rows].tolist()
+        values = [json_column(sub[c], c in PORT_FIELDS) for c in cols]
+        score_l = _finite_list(scores[rows])
+        thr_l = _finite_list(thr[rows])
+        prob_l = _finite_list(probs[rows])
         tops: list[list[dict]] = [[] for _ in range(rows.size)]
         if self.top_k > 0:
-            shares = feature_shares(vals[rows], scores[rows]).tolist()
+            shares = _finite_list(feature_shares(vals[rows], scores[rows]))
             names = self.names
             tops = [
                 [{"feature": names[j], "share": sh} for j, sh in zip(ix, row, strict=True)]
@@ -363,25 +383,23 @@ class AlertFactory:
         gw_l = [None] * rows.size if gws is None else gws[rows].tolist()
         model = self.model
         events = np.where(flagged[rows], "alert", "score").tolist()
+        source, first, where, offsets = log
+        source = str(source)
+        numbers = (rows + first).tolist()
+        off = None if offsets is None else np.asarray(offsets)[rows].tolist()
         out = []
         for j in range(rows.size):
             a: dict = {"event": events[j]}
-            for c in cols:
-                a[c] = json_value(values[c][j], ports[c])
+            for c, v in zip(cols, values, strict=True):
+                a[c] = v[j]
             a["score"] = score_l[j]
             a["threshold"] = thr_l[j]
             a["probability"] = prob_l[j]
             a["top_features"] = tops[j]
             a["gateway"] = gw_l[j]
             a["model"] = dict(model)
+            a["log"] = {"file": source, where: numbers[j]}
+            if off is not None:
+                a["log"]["offset"] = int(off[j])
             out.append(a)
         return out
-
-    @staticmethod
-    def _locate(alerts, rows, source, first, where, offsets) -> None:
-        off = None if offsets is None else np.asarray(offsets)
-        for a, i in zip(alerts, rows.tolist(), strict=True):
-            log = {"file": str(source), where: first + i}
-            if off is not None:
-                log["offset"] = int(off[i])
-            a["log"] = log

@@ -17,8 +17,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-__all__ = ["ID_FIELDS", "ECS_NAMES", "ECS_VERSION", "json_value", "put", "iso_time"]
+__all__ = [
+    "ID_FIELDS", "ECS_NAMES", "ECS_VERSION", "json_value", "json_column", "put", "iso_time",
+]  # fmt: skip
 
 #: The ECS version whose field names :data:`ECS_NAMES` and the alerts use.
 ECS_VERSION = "8.11.0"
@@ -75,6 +78,8 @@ ECS_NAMES: dict[str, str] = {
     "PROTOCOL": "network.transport",
 }
 
+_PATHS = {t: tuple(t.split(".")) for t in ECS_NAMES.values()}
+
 #: Fields whose values are port numbers: a whole float (a column with a missing value
 #: reads as float) is written as an integer.
 PORT_FIELDS = frozenset(k for k, v in ECS_NAMES.items() if v.endswith(".port"))
@@ -102,6 +107,27 @@ def json_value(v: Any, integer: bool = False) -> Any:
     except (TypeError, ValueError):
         return None
     return str(v)
+
+
+def json_column(s: pd.Series, integer: bool = False) -> list:
+    """A column's values as :func:`json_value` makes them, converted a column at a
+    time (missing -> None; with ``integer``, whole floats -> int)."""
+    kind = s.dtype.kind
+    if kind == "f":
+        v = s.to_numpy(dtype=np.float64)
+        ok = np.isfinite(v)
+        if integer and bool(np.all(v[ok] == np.round(v[ok]))):
+            out = np.where(ok, v, 0).astype(np.int64).tolist()
+        else:
+            out = v.tolist()
+        if not ok.all():
+            for i in np.flatnonzero(~ok).tolist():
+                out[i] = None
+        return out
+    if kind in "iub" and not s.hasnans:
+        return s.to_numpy().tolist()
+    vals = s.astype(object).where(s.notna(), None).tolist()
+    return [v if v is None or type(v) is str else json_value(v, integer) for v in vals]
 
 
 def iso_time(seconds: float) -> str | None:
@@ -142,15 +168,19 @@ def put(doc: dict, dotted: str, value: Any) -> None:
     doc[parts[-1]] = value
 
 
-def ecs_fields(record: dict[str, Any]) -> tuple[dict, dict]:
-    """Identifying fields (name -> JSON value) as ECS: the nested ECS fields, and the
-    fields without an ECS name (for ``fedep.record``). A missing value is left out."""
+def ecs_fields(record: dict[str, Any], skip=frozenset()) -> tuple[dict, dict]:
+    """Identifying fields (name -> JSON value; the keys in ``skip`` ignored) as ECS: the
+    nested ECS fields, and the fields without an ECS name (for ``fedep.record``). A
+    missing value is left out."""
     doc: dict = {}
     rest: dict = {}
     for name, v in record.items():
-        if v is None:
+        if v is None or name in skip:
             continue
         target = ECS_NAMES.get(name)
+        if target is None:
+            rest[name] = v
+            continue
         if target == "@timestamp":
             t = ecs_time(v)
             if t is None or "@timestamp" in doc:
@@ -163,8 +193,9 @@ def ecs_fields(record: dict[str, Any]) -> tuple[dict, dict]:
             v = str(int(v)) if float(v).is_integer() else str(v)
         elif target == "network.transport" or target == "network.protocol":
             v = str(v).lower()  # ECS: lowercase
-        if target is None:
-            rest[name] = v
-        else:
-            put(doc, target, v)
+        parts = _PATHS.get(target) or tuple(target.split("."))
+        node = doc
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
     return doc, rest

@@ -12,7 +12,7 @@ from fedep.data._tails import top_k
 __all__ = ["score_block", "feature_shares"]
 
 
-def score_block(det, X, groups, names, k):
+def score_block(det, X, groups, names, k, thresholds=None):
     """Scores, 0/1 flags, anomaly probabilities and top-feature indices/values of one
     block.
 
@@ -31,6 +31,8 @@ def score_block(det, X, groups, names, k):
         Column names of an array ``X``.
     k : int
         Top features per row (0: none).
+    thresholds : ndarray of shape (n_samples,), optional
+        The threshold of each row; default ``det.row_thresholds(groups, n)``.
 
     Returns
     -------
@@ -54,7 +56,9 @@ def score_block(det, X, groups, names, k):
     else:
         scores = det.decision_function(frame, groups)
     # predict()'s rule (score above the row's client threshold), without a second pass.
-    flags = (scores > det.row_thresholds(groups, len(frame))).astype(int)
+    if thresholds is None:
+        thresholds = det.row_thresholds(groups, len(frame))
+    flags = (scores > thresholds).astype(int)
     return scores, flags, det.anomaly_probability(scores), idx, vals
 
 

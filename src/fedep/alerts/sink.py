@@ -14,6 +14,14 @@ returns, every record written so far survives a crash or power loss. A caller th
 saves its own position (``fedep watch``) saves it after ``flush``. A file whose last
 line was cut by a crash (no newline at its end) is cut back to its last complete
 record when the sink opens it (:attr:`AlertSink.repaired_bytes`).
+
+Exactly once across a crash: a crash after ``flush`` but before the caller saved its
+position leaves alerts on disk that the restarted caller makes again. To take them back,
+save :meth:`AlertSink.state` with the position and open the sink with ``resume=`` that
+state: the file is cut back to it (and files rotated after it are removed, the saved one
+renamed back), so the file holds each alert once. Lines already read by a shipper cannot
+be taken back; alerts carry no wall-clock time, so a repeat is identical (same
+``log.file`` and ``line``, same model digest) and deduplicates.
 """
 
 from __future__ import annotations
@@ -76,6 +84,8 @@ class AlertSink:
     backups : int, default 5
         Rotated files kept (``path.1`` newest ... ``path.<backups>``); at least 1 with
         ``max_bytes``.
+    resume : dict, optional
+        A :meth:`state` saved earlier: cut back what was written after it.
 
     Attributes
     ----------
@@ -85,6 +95,8 @@ class AlertSink:
         Rotations done.
     repaired_bytes : int
         Bytes of a cut last line removed when the file was opened.
+    rolled_back_bytes : int
+        Bytes written after the ``resume`` state, removed when the file was opened.
     """
 
     def __init__(
@@ -94,6 +106,7 @@ class AlertSink:
         stdout: bool = False,
         max_bytes: int | None = None,
         backups: int = 5,
+        resume: dict | None = None,
     ) -> None:
         if path is None and not stdout:
             raise ValueError("an AlertSink needs a path, stdout=True, or both")
@@ -108,14 +121,18 @@ class AlertSink:
         self.n_written = 0
         self.rotations = 0
         self.repaired_bytes = 0
+        self.rolled_back_bytes = 0
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._rotated = False
         self._fh = None
         self._size = 0
+        self._committed = 0
         if self.path is not None:
             if self.path.is_dir():
                 raise IsADirectoryError(f"alert file {str(self.path)!r} is a directory")
+            if resume is not None:
+                self._resume(resume)
             self._open()
 
     # ------------------------------------------------------------------ file
@@ -133,6 +150,7 @@ class AlertSink:
                     size = cut
         self._fh = fh
         self._size = size
+        self._committed = size
 
     @staticmethod
     def _last_newline(r, size: int) -> int:
@@ -148,6 +166,55 @@ class AlertSink:
             pos = start
         return 0
 
+    def _resume(self, state: dict) -> None:
+        """Cut the files back to ``state`` (see the module docstring)."""
+        try:
+            dev, ino, size = (int(state[k]) for k in ("device", "inode", "size"))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"resume must be a state() of an AlertSink, not {state!r}") from None
+        base = str(self.path)
+        names = [base] + [f"{base}.{i}" for i in range(1, self.backups + 1)]
+        found = None
+        for j, name in enumerate(names):
+            try:
+                st = os.stat(name)
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == (dev, ino):
+                found = j
+                break
+        if found is None:
+            return  # the saved file is gone (rotated out): nothing left to take back
+        for name in names[:found]:  # rotated after the state: only later alerts
+            if os.path.exists(name):
+                self.rolled_back_bytes += os.path.getsize(name)
+                os.remove(name)
+        now = os.path.getsize(names[found])
+        if now > size:
+            with open(names[found], "r+b") as fh:
+                fh.truncate(size)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.rolled_back_bytes += now - size
+        for i, name in enumerate(names[found:]):  # close the gap: the saved one is current
+            if found and os.path.exists(name):
+                os.replace(name, names[i])
+        _fsync_dir(self.path.parent)
+
+    def state(self) -> dict | None:
+        """Flush, and where the file stands then: ``{"path", "device", "inode",
+        "size"}`` (JSON-ready), for ``resume=``; None without a file."""
+        if self._fh is None:
+            return None
+        self.flush()
+        st = os.fstat(self._fh.fileno())
+        return {
+            "path": str(self.path),
+            "device": st.st_dev,
+            "inode": st.st_ino,
+            "size": self._committed,
+        }
+
     def _rotate(self) -> None:
         self._fh.flush()
         os.fsync(self._fh.fileno())
@@ -159,6 +226,7 @@ class AlertSink:
         os.replace(base, f"{base}.1")
         self._fh = open(self.path, "ab")  # noqa: SIM115 - held until close()
         self._size = 0
+        self._committed = 0
         self.rotations += 1
         self._rotated = True
 
@@ -211,6 +279,7 @@ class AlertSink:
             if self._rotated:
                 _fsync_dir(self.path.parent)
                 self._rotated = False
+            self._committed = self._size
         if self.stdout:
             sys.stdout.flush()
 

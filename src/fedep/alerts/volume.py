@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import heapq
 import math
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from fedep.alerts.ecs import to_ecs
+from fedep.alerts.fields import ECS_NAMES
 
 __all__ = ["AlertGrouper", "WindowStats", "field_of"]
 
 
-def field_of(record: dict, name: str) -> Any:
-    """``record[name]``, or the nested ``record[a][b]`` for ``name = "a.b"`` (an ECS
-    record); None when absent."""
+def _path(record: dict, name: str) -> Any:
     if name in record:
         return record[name]
     node: Any = record
@@ -42,11 +42,52 @@ def field_of(record: dict, name: str) -> Any:
     return node
 
 
+def _aliases(name: str) -> list[str]:
+    """The other names of a field: its ECS name (``id.orig_h`` -> ``source.ip``), or the
+    identifying fields an ECS name comes from (``source.ip`` -> ``id.orig_h``,
+    ``src_ip`` ...); ``gateway`` <-> ``observer.name``."""
+    if name == "gateway":
+        return ["observer.name"]
+    if name == "observer.name":
+        return ["gateway"]
+    if name in ECS_NAMES:
+        return [ECS_NAMES[name]]
+    return [k for k, v in ECS_NAMES.items() if v == name]
+
+
+def field_of(record: dict, name: str) -> Any:
+    """``record[name]``, or the nested ``record[a][b]`` for ``name = "a.b"``, or the same
+    field under its other name (default or ECS: ``id.orig_h`` finds an ECS alert's
+    ``source.ip`` and the reverse); None when absent."""
+    v = _path(record, name)
+    if v is None:
+        for alias in _aliases(name):
+            v = _path(record, alias)
+            if v is not None:
+                break
+    return v
+
+
 def _score(alert: dict) -> float:
     s = alert.get("score")
     if not isinstance(s, (int, float)):
         s = field_of(alert, "fedep.score")
     return float(s) if isinstance(s, (int, float)) else -math.inf
+
+
+def _record_time(alert: dict, now: float) -> float:
+    """The record's time: ``ts`` (epoch seconds), or an ECS alert's ``@timestamp``;
+    else ``now``."""
+    t = alert.get("ts")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+        return float(t)
+    stamp = alert.get("@timestamp")
+    if isinstance(stamp, str):
+        try:
+            return datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            pass
+    return float(now)
 
 
 def _check_window(window_s: float) -> float:
@@ -118,6 +159,8 @@ class AlertGrouper:
         self.n_suppressed = 0
 
     def _window(self, now: float) -> int:
+        if not math.isfinite(float(now)):
+            raise ValueError(f"now must be a finite time in seconds, not {now!r}")
         return math.floor(float(now) / self.window_s)
 
     def add(self, alerts: list[dict], now: float) -> list[dict]:
@@ -136,8 +179,7 @@ class AlertGrouper:
             if g is None:
                 g = groups[key] = _Group()
             g.count += 1
-            t = a.get("ts")
-            t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else float(now)
+            t = _record_time(a, now)
             g.first = min(g.first, t)
             g.last = max(g.last, t)
             s = _score(a)

@@ -66,7 +66,7 @@ from fedep.data.errors import bad_value_error
 from fedep.data.readers import detect_format
 from fedep.data.readers.source import _open_source, _read_head
 from fedep.data.readers.table import chunks_with_originals
-from fedep.data.readers.zeek import zeek_unset_field
+from fedep.data.readers.zeek import zeek_header_lines, zeek_unset_field
 from fedep.data.stream import (
     CsvBlockReader,
     NotStreamable,
@@ -471,9 +471,12 @@ def _jsonl_csv_stream(det, src, fout, factory, args, missing) -> tuple[int, int]
 
 
 def _jsonl_chunks(det, src, fout, factory, args, missing) -> tuple[int, int]:
-    """Any other format: read_table chunks into JSON lines (alerts numbered by data
-    row)."""
+    """Any other format: read_table chunks into JSON lines (alerts numbered by line in
+    a Zeek TSV log, else by data row)."""
     n_rows = n_anom = 0
+    # a Zeek TSV log's records are numbered by line, as fedep watch numbers them
+    fmt = args.format if args.format != "auto" else detect_format(src)
+    head, where = (zeek_header_lines(src), "line") if fmt == "zeek" else (0, "row")
     for _, chunk in chunks_with_originals(src, args.chunksize, **read_kwargs(args)):
         if n_rows == 0:
             cols = [str(c) for c in chunk.columns]
@@ -486,7 +489,7 @@ def _jsonl_chunks(det, src, fout, factory, args, missing) -> tuple[int, int]:
                 )  # fmt: skip
         missing.update(chunk)
         batch = factory.score(
-            chunk, gateway=None, source=str(src), first_line=n_rows + 1, where="row",
+            chunk, gateway=None, source=str(src), first_line=head + n_rows + 1, where=where,
             all_records=not args.anomalies_only,
         )  # fmt: skip
         _write_batch(fout, batch, args)

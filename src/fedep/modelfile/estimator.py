@@ -27,7 +27,7 @@ from fedep import detectors
 from fedep._json import jsonable
 from fedep.features import FeaturePipeline
 from fedep.federation.rounds import stop_reason_of
-from fedep.modelfile import ModelFileError, write_model_file
+from fedep.modelfile import ModelFileError, read_model_file, write_model_file
 from fedep.modelfile.content import (
     _META,
     _SCALARS,
@@ -35,7 +35,6 @@ from fedep.modelfile.content import (
     _check_object,
     _check_pipeline_dict,
 )
-from fedep.modelfile.readwrite import read_model_envelope
 from fedep.params import validate_params
 
 __all__ = ["ModelFileError", "save_model", "load_model"]
@@ -107,8 +106,9 @@ def load_model(path, *, verify_key=None, require_signature=False):
     is refused here, with the field it got wrong, rather than failing (or scoring
     wrongly) later.
 
-    The returned detector's ``model_digest_`` is the file's integrity digest (SHA-256
-    hex, the one a signature signs), checked while reading.
+    The returned detector's ``file_sha256_`` is the file's integrity digest (what a
+    signature signs), verified while reading: it names the model in its alerts
+    (:func:`fedep.alerts.model_identity`).
 
     Raises
     ------
@@ -118,11 +118,14 @@ def load_model(path, *, verify_key=None, require_signature=False):
         ``model file PATH: inconsistent content (...)`` naming the field).
     """
     path = _model_path(path)
-    env, files = read_model_envelope(
-        path, verify_key=verify_key, require_signature=require_signature
+    digest: list = []
+    meta, files = read_model_file(
+        path, verify_key=verify_key, require_signature=require_signature, digest_out=digest
     )
     try:
-        det = _detector_from(env["meta"], files)
+        det = _detector_from(meta, files)
+        det.file_sha256_ = digest[0]  # the integrity digest: a warm start's parent
+        return det
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
         # The schema catches what it knows; any other failure while building the
         # estimator is still about this file's content, so it says so in one line.
@@ -130,10 +133,6 @@ def load_model(path, *, verify_key=None, require_signature=False):
             raise
         what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
         raise ModelFileError(f"model file {path}: inconsistent content ({what})") from None
-    # the file's verified integrity digest (what a signature signs): names the model in
-    # its alerts (fedep.alerts.model_identity)
-    det.model_digest_ = env["sha256"]
-    return det
 
 
 def _detector_from(meta: dict, files: dict):

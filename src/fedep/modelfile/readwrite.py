@@ -133,6 +133,7 @@ def read_model_file(
     max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
     max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
+    digest_out: list | None = None,
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a model file written by :func:`write_model_file`.
 
@@ -148,6 +149,9 @@ def read_model_file(
     max_bytes, max_array_bytes, max_meta_bytes, max_ratio : int or float
         Caps on the file size and total inflated size, on one array member, on the
         metadata member, and on any member's compression ratio (see module docstring).
+    digest_out : list, optional
+        Receives the file's integrity digest (the SHA-256 hex that a signature covers),
+        appended once the file is verified (a model's lineage records its parent's).
 
     Returns
     -------
@@ -166,33 +170,6 @@ def read_model_file(
         If ``verify_key`` cannot be used (an unreadable key file, a short secret), or
         ``require_signature`` is given without ``verify_key``.
     """
-    env, arrays = read_model_envelope(
-        path,
-        verify_key=verify_key,
-        require_signature=require_signature,
-        max_bytes=max_bytes,
-        max_array_bytes=max_array_bytes,
-        max_meta_bytes=max_meta_bytes,
-        max_ratio=max_ratio,
-    )
-    return env["meta"], arrays
-
-
-def read_model_envelope(
-    path: str | os.PathLike[str],
-    *,
-    verify_key: Any = None,
-    require_signature: bool = False,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
-    max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
-    max_ratio: float = DEFAULT_MAX_RATIO,
-) -> tuple[dict, dict[str, np.ndarray]]:
-    """:func:`read_model_file`, returning the whole verified envelope instead of its
-    ``meta``: ``{"format", "format_version", "meta", "arrays", "meta_sha256",
-    "sha256"}``, where ``sha256`` is the integrity digest of everything (the one a
-    signature signs), checked against the file's content before this returns.
-    Same parameters, caps and errors as :func:`read_model_file`."""
     if require_signature and verify_key is None:
         raise ValueError("require_signature=True needs a verify_key to check the signature")
     try:
@@ -290,4 +267,6 @@ def read_model_envelope(
         raise _fail(path, f"is truncated or corrupt ({type(exc).__name__}: {exc})") from None
     if key_error:
         raise key_error[0]
-    return env, arrays
+    if digest_out is not None:
+        digest_out.append(env["sha256"])
+    return env["meta"], arrays

@@ -51,17 +51,17 @@ def _zeek_unescape(value: str) -> str:
 
 def _zeek_header(src: _Source) -> _ZeekHeader:
     with src.errors():
-        return _zeek_header_lines(src.path, _text_lines(src))
+        return _parse_zeek_header(src.path, _text_lines(src))
 
 
 def zeek_header(path, header: bytes) -> _ZeekHeader:
     """The header of a Zeek TSV log from its ``#`` lines (``header``: the bytes of the
     file's first lines); a :class:`ReadError` naming ``path`` if it has no ``#fields``."""
     text = header.decode("utf-8", "replace")
-    return _zeek_header_lines(Path(path), iter(text.splitlines(keepends=True)))
+    return _parse_zeek_header(Path(path), iter(text.splitlines(keepends=True)))
 
 
-def _zeek_header_lines(path: Path, lines) -> _ZeekHeader:
+def _parse_zeek_header(path: Path, lines) -> _ZeekHeader:
     meta: dict[str, tuple[int, list[str]]] = {}
     sep = "\t"
     n = 0
@@ -111,6 +111,13 @@ def zeek_unset_field(path) -> str:
     """The unset-field marker a Zeek TSV log declares (``#unset_field``, usually ``-``):
     what a copy of its records writes for a missing value."""
     return _zeek_header(_open_source(Path(path))).unset
+
+
+def zeek_header_lines(path) -> int:
+    """Lines before a Zeek TSV log's first record (``#separator`` ... ``#types``): record
+    ``i`` (0-based) is on line ``zeek_header_lines(path) + i + 1`` (Zeek writes no blank
+    line and no comment before ``#close``)."""
+    return _zeek_header(_open_source(Path(path))).n_lines
 
 
 def _zeek_arrow_type(zeek_type: str) -> pa.DataType:
