@@ -72,8 +72,9 @@ def test_rotation_rename_and_gzip_into_a_dated_folder(tmp_path):
     seen += uids(f)
     assert seen == w.written  # every record once, in order
     assert (tmp_path / "2024-01-01" / "conn.00:00:00-00:59:59.log.gz").exists()
+    uids(f)
     kinds = [n.kind for n in f.take_notes()]
-    assert "rotated" in kinds
+    assert "rotated" in kinds and "gone" not in kinds  # its compressed copy was found
 
 
 def test_archives_present_at_start_are_read_oldest_first(tmp_path):
@@ -173,7 +174,9 @@ def test_a_removed_file_is_read_to_its_end_and_noted(tmp_path):
     w.append(3)
     w.path.unlink()  # before the follower read them: the open descriptor still does
     assert uids(f) == w.written[5:]
-    assert any(n.kind == "rotated" for n in f.take_notes())
+    assert uids(f) == uids(f) == []  # two more scans: no copy of it shows
+    notes = f.take_notes()
+    assert [n.kind for n in notes][-1] == "gone" and "removed" in notes[-1].text
 
 
 def test_a_restart_resumes_at_the_saved_position_also_after_rename_and_gzip(tmp_path):

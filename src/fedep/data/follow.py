@@ -258,6 +258,8 @@ class Follower:
         self.states: dict[str, FileState] = {}
         self._readers: dict[str, _Reader] = {}
         self._aliases: set[tuple[int, int, int, int]] = set()  # (dev, ino, size, mtime)
+        self._vanished: dict[str, int] = {}  # removed files: scans left to find a copy
+        self._copied: set[str] = set()  # files a compressed copy of was seen
         self._order: list[str] = []  # keys in the order files were found
         self._last_scan = float("-inf")
         self._first_scan = True
@@ -311,6 +313,20 @@ class Follower:
         if self._first_scan:
             self._first_scan = False
         self._detach_missing()
+        for k in list(self._vanished):
+            self._vanished[k] -= 1
+            if self._vanished[k] <= 0:
+                del self._vanished[k]
+                s = self.states.get(k)
+                if s is not None:
+                    self.notes.append(
+                        Note(
+                            "gone",
+                            s.path,
+                            f"{s.path}: removed (no copy of it found); "
+                            f"read to its end ({s.line} lines)",
+                        )  # fmt: skip
+                    )
 
     def _consider(self, path: str, st: os.stat_result) -> None:
         k = _key(st.st_dev, st.st_ino)
@@ -340,6 +356,8 @@ class Follower:
                 if same.done or _key(same.dev, same.ino) in self._readers:
                     # a (compressed) copy of a file read or being read
                     self._aliases.add(sig)
+                    self._copied.add(_key(same.dev, same.ino))
+                    self._vanished.pop(_key(same.dev, same.ino), None)
                     return
                 # a known file, moved (and maybe compressed) while we were not looking
                 self._rekey(same, st, path, compressed)
@@ -583,16 +601,24 @@ class Follower:
     def _finish(self, k: str, s: FileState) -> None:
         s.done = True
         r = self._readers.pop(k, None)
+        removed = False
         if r is not None:
+            if r.fd is not None:
+                try:
+                    removed = os.fstat(r.fd).st_nlink == 0  # no name left: deleted
+                except OSError:
+                    pass
             r.close()
         if s.compressed is None:
             self.notes.append(
                 Note(
                     "rotated",
                     s.path,
-                    f"{s.path}: rotated or removed; read to its end ({s.line} lines)",
-                )
+                    f"{s.path}: renamed away or removed; read to its end ({s.line} lines)",
+                )  # fmt: skip
             )
+            if removed and k not in self._copied:  # gone, unless a copy shows in two scans
+                self._vanished[k] = 2
 
     def lag_bytes(self) -> int:
         """Bytes written to the open plain files and not yet handed out."""
