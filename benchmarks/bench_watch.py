@@ -204,11 +204,9 @@ def latency(d: Path, model: Path, rate: int, seconds: float) -> dict:
     log.write_bytes(HEADER)
     alerts = d / "lat-alerts.json"
     proc = _start(["watch", logs, "--pattern", "conn*", "--model", model, "--alerts", alerts,
-                   "--status-interval", "0"])  # fmt: skip
-    # wait until the watcher is up (it has read the header: the position file exists)
-    end = time.monotonic() + 300
-    while not Path(f"{alerts}.position").exists() and time.monotonic() < end:
-        time.sleep(0.05)
+                   "--status-interval", "0.5"], stderr=subprocess.PIPE)  # fmt: skip
+    proc.stderr.readline()  # its first status line: the watcher is up
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # drain the rest
     written_at: dict[str, float] = {}
     seen: dict[str, float] = {}
     stop = threading.Event()
