@@ -24,13 +24,12 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fedep._errors import one_line
 from fedep.alerts import AlertFactory, AlertGrouper, AlertSink, WindowStats
 from fedep.data.errors import DataError
 from fedep.data.follow import Chunk, Follower
@@ -103,7 +102,6 @@ class Counters:
     bad: int = 0
     batches: int = 0
     last_ts: float | None = None
-    files: set = field(default_factory=set)
 
 
 def _runs(lines: np.ndarray) -> list[tuple[int, int]]:
@@ -177,6 +175,7 @@ class Watcher:
         self._ahead: Future | None = None
         self._positions: list[dict] = self.follower.positions()
         self._lag_bytes = 0
+        self._last_model_check = float("-inf")
 
     # ------------------------------------------------------------------ pieces
     def _make_factory(self, det, model_id: str, digest: str) -> AlertFactory:
@@ -303,7 +302,6 @@ class Watcher:
                     frame[c] = pd.Series(np.nan, index=frame.index, dtype="float64")
         if len(frame) == 0:
             return
-        self.counters.files.add(chunk.key)
         if "ts" in frame.columns and frame["ts"].dtype.kind == "f":
             ts = frame["ts"].to_numpy()
             if np.isfinite(ts).any():
@@ -374,8 +372,6 @@ class Watcher:
         out = self._volume(alerts, now)
         self._write(out, read.positions if read.chunks else None)
         return sum(len(c.data) for c in read.chunks)
-
-    _last_model_check = float("-inf")
 
     def _model_due(self, now: float) -> bool:
         if now - self._last_model_check < self.cfg.model_check:
@@ -466,6 +462,3 @@ class Watcher:
             if self.sink is not None:
                 self.sink.close()
         return 0
-
-    def describe_error(self, exc: BaseException) -> str:
-        return one_line(exc)
