@@ -27,7 +27,8 @@ Commands::
 One module per command (:mod:`~fedep.cli.fit`, :mod:`~fedep.cli.score`,
 :mod:`~fedep.cli.evaluate`, :mod:`~fedep.cli.federate`, :mod:`~fedep.cli.reproduce`,
 :mod:`~fedep.cli.data`, :mod:`~fedep.cli.watch`); they only parse arguments, move data
-between files and the library and print (``federate``'s processes are run by :mod:`fedep.flower.deployment`). The
+between files and the library and print (``federate``'s processes are run by
+:mod:`fedep.flower.deployment`; ``watch``'s loop is :class:`fedep.live.Watcher`). The
 estimator options of ``fit`` are generated from the estimators (:mod:`fedep.params`),
 CSV streaming lives in :mod:`fedep.data.stream`, evaluation in
 :mod:`fedep.evaluation.evaluate`.
