@@ -82,7 +82,8 @@ class FileState:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d["header"] = self.header.decode("utf-8", "replace")
+        # a finished file is never parsed again: its header is not kept
+        d["header"] = "" if self.done else self.header.decode("utf-8", "replace")
         return d
 
     @classmethod
