@@ -113,10 +113,18 @@ def test_sigterm_flushes_saves_the_position_and_exits_0(tmp_path, model):
     )
 
 
-def test_usage_errors_are_one_line(tmp_path, model):
-    proc = _run(_watch(tmp_path, "--model", model), tmp_path, timeout=300)
-    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0
-    assert "--alerts" in proc.stderr
+def test_usage_errors_are_one_line(tmp_path, model, capsys):
+    for argv, said in (
+        ([tmp_path, "--model", model], "--alerts"),
+        ([tmp_path, "--model", model, "--stdout"], "--position-file"),
+        ([tmp_path, "--model", model, "--alerts", tmp_path / "a.json", "--group-cap", "3"],
+         "--group-by"),
+        ([tmp_path, "--model", model, "--alerts", tmp_path / "a.json", "--gateway-pattern", "("],
+         "--gateway-pattern"),
+    ):  # fmt: skip
+        assert main(["watch", *map(str, argv)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("fedep: error: ") and err.count("\n") == 1 and said in err, err
 
 
 def test_exactly_once_over_20_random_kill_9(tmp_path, model):
