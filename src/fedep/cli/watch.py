@@ -195,9 +195,9 @@ def register(sub) -> None:
     r.add_argument(
         "--poll-interval",
         type=_positive_float,
-        default=0.2,
+        default=0.1,
         metavar="S",
-        help="seconds between two looks at idle logs (default: 0.2)",
+        help="seconds between two looks at idle logs (default: 0.1)",
     )
     r.add_argument(
         "--batch-bytes",

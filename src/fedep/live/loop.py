@@ -73,7 +73,7 @@ class WatchConfig:
     on_error: str = "skip"
     once: bool = False
     status_interval: float = 60.0
-    poll_interval: float = 0.2
+    poll_interval: float = 0.1
     batch_bytes: int = 8 << 20
     model_check: float = 1.0
     verbose: bool = False
