@@ -50,11 +50,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _zeek import FIELDS, TYPES, flows, write_zeek  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-HEADER = (
-    "#separator \\x09\n#set_separator\t,\n#empty_field\t(empty)\n#unset_field\t-\n#path\tconn\n"
-    "#open\t2024-01-01-00-00-00\n#fields\t" + "\t".join(FIELDS) + "\n#types\t" + "\t".join(TYPES)
-    + "\n"
-).encode()  # fmt: skip
+
+
+def header(k: int = 0) -> bytes:
+    """A Zeek conn.log header; ``k`` numbers the file (its ``#open`` time, as Zeek's
+    differ from one rotated log to the next)."""
+    return (
+        "#separator \\x09\n#set_separator\t,\n#empty_field\t(empty)\n#unset_field\t-\n"
+        f"#path\tconn\n#open\t2024-01-01-{k // 60 % 24:02d}-{k % 60:02d}-00\n#fields\t"
+        + "\t".join(FIELDS) + "\n#types\t" + "\t".join(TYPES) + "\n"
+    ).encode()  # fmt: skip
 
 
 def lines(n: int, seed: int, uid_prefix: str = "C") -> list[bytes]:
@@ -125,7 +130,7 @@ def throughput(d: Path, model: Path, n: int, rotate_every: int) -> dict:
     logs.mkdir()
     pool = lines(200_000, seed=2)
     log = logs / "conn.log"
-    log.write_bytes(HEADER)
+    log.write_bytes(header(0))
     alerts, pos = d / "tp-alerts.json", d / "tp-alerts.json.position"
     proc = _start(["watch", logs, "--pattern", "conn*", "--model", model, "--alerts", alerts,
                    "--status-interval", "0"])  # fmt: skip
@@ -141,7 +146,7 @@ def throughput(d: Path, model: Path, n: int, rotate_every: int) -> dict:
                 fh.close()
                 k += 1
                 os.rename(log, logs / f"conn.{k:04d}.log")
-                log.write_bytes(HEADER)
+                log.write_bytes(header(k))
                 fh = open(log, "ab")  # noqa: SIM115
             # keep at most ~2 M records ahead of the watcher (disk and page cache)
             while written - _committed(pos) > 2_000_000 and not stop.is_set():
@@ -201,7 +206,7 @@ def latency(d: Path, model: Path, rate: int, seconds: float) -> dict:
     n = int(rate * seconds)
     pool = lines(n, seed=3, uid_prefix="L")
     log = logs / "conn.log"
-    log.write_bytes(HEADER)
+    log.write_bytes(header(0))
     alerts = d / "lat-alerts.json"
     proc = _start(["watch", logs, "--pattern", "conn*", "--model", model, "--alerts", alerts,
                    "--status-interval", "0.5"], stderr=subprocess.PIPE)  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import numpy as np
 
@@ -232,3 +233,15 @@ def test_json_lines_and_compressed_archive_alias(tmp_path):
     with open(log, "rb") as src, gzip.open(tmp_path / "conn.old.json.gz", "wb") as dst:
         dst.write(src.read())
     assert uids(f) == []  # a compressed copy of a file read: not read again
+
+
+def test_logs_with_the_same_first_bytes_are_different_files(tmp_path):
+    body = "".join(json.dumps({"ts": 1.7e9, "uid": "same", "n": i}) + "\n" for i in range(40))
+    (tmp_path / "a.json").write_text(body)
+    (tmp_path / "b.json").write_text(body)  # another gateway's log, written alike
+    f = Follower([tmp_path])
+    assert len(uids(f)) == 80
+    os.rename(tmp_path / "a.json", tmp_path / "a.old.json")  # a rename keeps the inode
+    with open(tmp_path / "a.json", "w") as fh:  # and a new log starts alike
+        fh.write(body)
+    assert len(uids(f)) == 40

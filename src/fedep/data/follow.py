@@ -350,18 +350,19 @@ class Follower:
         except (OSError, EOFError, ValueError):
             return  # gone meanwhile, unreadable or still being compressed: next scan
         if n == FINGERPRINT_BYTES:
-            same = next(
-                (s for s in self.states.values() if s.fp_len == n and s.fingerprint == fp), None
-            )
-            if same is not None:
-                if same.done or _key(same.dev, same.ino) in self._readers:
-                    # a (compressed) copy of a file read or being read
-                    self._aliases.add(sig)
-                    self._copied.add(_key(same.dev, same.ino))
-                    self._vanished.pop(_key(same.dev, same.ino), None)
-                    return
-                # a known file, moved (and maybe compressed) while we were not looking
-                self._rekey(same, st, path, compressed)
+            same = [x for x in self.states.values() if x.fp_len == n and x.fingerprint == fp]
+            # a known file moved (and maybe compressed) while we were not looking
+            moved = next((x for x in same if not x.done and self._detached(x)), None)
+            if moved is not None:
+                self._rekey(moved, st, path, compressed)
+                return
+            if compressed is not None and same:
+                # a compressed copy of a file read or being read; a plain file with the
+                # same start and another inode is another file (logs written alike)
+                for x in same:
+                    self._copied.add(_key(x.dev, x.ino))
+                    self._vanished.pop(_key(x.dev, x.ino), None)
+                self._aliases.add(sig)
                 return
         if state is not None:  # inode reused by a new file
             self._forget(k)
@@ -372,6 +373,17 @@ class Follower:
         self.states[k] = new
         self._order.append(k)
         self.notes.append(Note("new", path, f"{path}: following"))
+
+    def _detached(self, s: FileState) -> bool:
+        """Known, not open, and no longer at its path (moved while we were not looking)."""
+        k = _key(s.dev, s.ino)
+        if k in self._readers:
+            return False
+        try:
+            st = os.stat(s.path)
+        except OSError:
+            return True
+        return _key(st.st_dev, st.st_ino) != k
 
     def _same_start(self, state: FileState, path: str) -> bool:
         try:
