@@ -314,17 +314,18 @@ def main() -> None:
                 "python": platform.python_version(),
             },  # fmt: skip
         }
-        if "startup" in parts:
-            result["startup"] = startup(d, model)
-        if "latency" in parts:
-            result["latency"] = latency(d, model, args.rate, args.latency_seconds)
-        if "throughput" in parts:
-            result["throughput"] = throughput(d, model, args.records, args.rotate_every)
-    text = json.dumps(result, indent=2)
+        runs = {
+            "startup": lambda: startup(d, model),
+            "latency": lambda: latency(d, model, args.rate, args.latency_seconds),
+            "throughput": lambda: throughput(d, model, args.records, args.rotate_every),
+        }
+        for name in parts:
+            result[name] = runs[name]()
+            text = json.dumps(result, indent=2)
+            if args.out:  # after each part: a long run's earlier parts are kept
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(text + "\n")
     print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
 
 
 if __name__ == "__main__":
