@@ -25,6 +25,10 @@ PROG = "fedep"
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("fedep.cli.fit", "train a detector on flow records and save it"),
     "score": ("fedep.cli.score", "score every row of a flow-record file"),
+    "watch": (
+        "fedep.cli.watch",
+        "follow live logs (Zeek, JSON lines) and write alerts as records are written",
+    ),
     "evaluate": ("fedep.cli.evaluate", "detection metrics of a model on labelled test data"),
     "federate": (
         "fedep.cli.federate",
