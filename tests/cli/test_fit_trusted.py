@@ -62,7 +62,6 @@ def test_reference_column_and_feedback(tmp_path, capsys):
             "trusted",
             "--feedback",
             str(fb),
-            "--feedback-key",
             "uid",
         )  # fmt: skip
         == 0
@@ -102,7 +101,7 @@ def test_auto_without_reference_says_it_is_unreliable(tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, match",
     [
-        (["--feedback", "{fb}", "--feedback-key", "uid"], r"fb.csv: row 3: label 'maybe'"),
+        (["--feedback", "{fb}", "uid"], r"fb.csv: row 3: label 'maybe'"),
         (["--reference-column", "nope"], "--reference-column 'nope' is not a column"),
         (["--reference", "{ref0}"], r"1 file\(s\) for 3 gateway\(s\)"),
     ],

@@ -5,9 +5,9 @@
   files with the ``--client-column``;
 - ``--reference-column COL``: a column of the training files marking trusted rows
   (``1``/``true``/``yes`` or ``0``/``false``/``no``/empty); never a feature;
-- ``--feedback FILE``: an analyst's labels (:mod:`fedep.data.feedback`), by
-  ``--feedback-key COL`` values (e.g. Zeek's ``uid``) or by row numbers of the training
-  table as read (0-based, files concatenated in order).
+- ``--feedback FILE [KEY]``: an analyst's labels (:mod:`fedep.data.feedback`), by the
+  values of the training column ``KEY`` (e.g. Zeek's ``uid``) or by row numbers of the
+  training table as read (0-based, files concatenated in order).
 
 The records and labels stay in this process's fit as on a gateway: the fit uses them
 from aggregates only (``docs/reference.md``).
@@ -32,29 +32,14 @@ _FALSE = {"0", "false", "no", ""}
 
 
 def add_trust_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("what you know (docs/reference.md)")
-    g.add_argument(
-        "--reference",
-        nargs="+",
-        metavar="PATH",
-        help="trusted normal traffic, the training files' columns: one file per gateway "
-        "in --train's order, or files with --client-column",
-    )
-    g.add_argument(
-        "--reference-column",
-        metavar="COL",
-        help="column of the training files marking trusted rows (1/true/yes; 0/false/no/empty)",
-    )
-    g.add_argument(
+    """``--reference``, ``--reference-column``, ``--feedback``."""
+    p.add_argument("--reference", nargs="+", metavar="PATH", help="trusted traffic per gateway")
+    p.add_argument("--reference-column", metavar="COL", help="column marking trusted rows (1/0)")
+    p.add_argument(
         "--feedback",
-        metavar="FILE",
-        help="analyst labels: CSV with a label column (benign/attack) and a row or "
-        "--feedback-key column",
-    )
-    g.add_argument(
-        "--feedback-key",
-        metavar="COL",
-        help="training column the feedback file's records are named by (e.g. uid)",
+        nargs="+",
+        metavar=("FILE", "KEY"),
+        help="analyst labels, by row or by a KEY column",
     )
 
 
@@ -109,19 +94,20 @@ def trust_inputs(args, data, seed: int) -> tuple[dict, list[str]]:
             kw["reference_groups"] = ref.groups
         kw["reference"] = ref.X
     if getattr(args, "feedback", None):
-        keys = None
-        if args.feedback_key is not None:
-            if args.feedback_key not in data.X.columns:
-                raise ValueError(f"--feedback-key {args.feedback_key!r} is not a training column")
-            keys = data.X[args.feedback_key].to_numpy()
-            fb = read_feedback(args.feedback, len(data.X), keys)
+        if len(args.feedback) > 2:
+            raise ValueError("--feedback takes FILE and at most one KEY column")
+        path, key = args.feedback[0], (args.feedback[1:] or [None])[0]
+        if key is not None:
+            if key not in data.X.columns:
+                raise ValueError(f"--feedback key {key!r} is not a training column")
+            fb = read_feedback(path, len(data.X), data.X[key].to_numpy())
             labels = fb.labels
         else:
             n_table = int(data.bounds[-1]) if data.bounds is not None else len(data.X)
-            fb = read_feedback(args.feedback, n_table)
+            fb = read_feedback(path, n_table)
             labels = fb.labels if data.kept is None else fb.labels[data.kept]
         kw["feedback"] = labels
-        lines.append(fb.describe(args.feedback))
+        lines.append(fb.describe(path))
     return kw, lines
 
 

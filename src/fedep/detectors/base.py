@@ -93,7 +93,7 @@ _COMMON_SUMMARIES: dict = {
     "trim_steps": "refits without the most anomalous records (0: none)",
     "trim_share": "share trimmed at each refit (none: the contamination)",
     "trim_start": "trim from all records, or the half nearest the median",
-    "reference_fpr": "with a trusted reference: its share flagged (sets the threshold)",
+    "reference_fpr": "share of trusted records flagged",
     "random_state": "seed of the initial basis and client sampling",
 }
 _FEDERATION_SUMMARIES: dict = {
