@@ -109,9 +109,11 @@ def register(sub) -> None:
         "federate",
         usage="fedep federate (--dataset NAME --gateways N | --train PATH ...) [options]\n"
         "       fedep federate --role server --superlink HOST:PORT --certs DIR "
-        "--gateways N [--gateway-keys PUB ...] [options]\n"
+        "--gateways N\n"
+        "                      [--gateway-keys PUB ...] [options]\n"
         "       fedep federate --role gateway --superlink HOST:PORT --certs DIR "
-        "--node-key KEY --train FILE [--once]\n"
+        "--node-key KEY\n"
+        "                      --train FILE [--once]\n"
         "       fedep federate --role keys --certs DIR --server-name HOST | "
         "--node-key KEY",
         description="Start a Flower SuperLink and one SuperNode per gateway on 127.0.0.1, "
