@@ -25,6 +25,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from fedep._errors import one_line
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.trimming import (
     TRIM_STARTS,
@@ -34,9 +35,10 @@ from fedep.core.trimming import (
     log_scores,
 )
 from fedep.data.readers.frames import release_arrow_memory
-from fedep.detectors.driver import check_rank, fit_gateways
+from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
+from fedep.detectors.lineage import data_window, new_lineage
 from fedep.features import FeaturePipeline
-from fedep.federation.gateways import LocalGateways
+from fedep.federation.gateways import LocalGateways, Standardization
 from fedep.params import validate_params
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -59,6 +61,10 @@ FITTED_ARRAYS = (
     "client_thresholds_",
 )
 
+#: Fitted arrays a model file holds when the fit had them (the rounds' personalised
+#: state that a warm start carries; files written before them load without).
+STATE_ARRAYS = ("consensus_", "client_duals_", "client_multipliers_")
+
 _POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
 _COMMON_CONSTRAINTS: dict = {
     "n_components": [StrOptions({"auto"}), *_POSITIVE_INT],
@@ -75,6 +81,7 @@ _FEDERATION_CONSTRAINTS: dict = {
     "tol": [Interval(Real, 0.0, None, closed="left")],
     "client_fraction": [Interval(Real, 0.0, 1.0, closed="right")],
     "init": [StrOptions({"random", "oneshot"})],
+    "warm_start": ["boolean"],
     "callback": [callable, None],
 }
 
@@ -95,6 +102,7 @@ _FEDERATION_SUMMARIES: dict = {
     "tol": "stop when the objective's relative change per round is below",
     "client_fraction": "share of the clients in each round",
     "init": "start basis: oneshot = merged client SVDs, or random",
+    "warm_start": "refit a fitted model from its own state (the CLI takes the model file)",
     "penalty_scaling": "relative: penalties scaled to each client; paper: literal",
     "consensus_weights": "clients' weights: auto, curvature, samples or uniform",
     "aggregation": "server step: mean; median or trimmed resist bad gateways",
@@ -207,7 +215,12 @@ class BaseFederatedDetector(BaseEstimator):
         self
         """
         self._validate_params()
-        X, pipe, names_in = self._fit_input(X, groups)
+        start = self._warm_start_state()
+        window = data_window(X)
+        if start is None:
+            X, pipe, names_in = self._fit_input(X, groups)
+        else:
+            X, pipe, names_in = self._warm_input(X, groups)
         if groups is None and self.warns_one_client and X.shape[0] > 1:
             warnings.warn(
                 f"no groups given: all {X.shape[0]} rows form one client (pass "
@@ -223,7 +236,9 @@ class BaseFederatedDetector(BaseEstimator):
         names = getattr(self, "feature_names_in_", None)
         gateways = LocalGateways(labels, blocks, pipe, feature_names=names)
         t0 = time.perf_counter()
-        out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))
+        parent = getattr(self, "lineage_", None) if start is not None else None
+        parent_sha = getattr(self, "file_sha256_", None) if start is not None else None
+        out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None), start=start)
         self.fit_time_ = time.perf_counter() - t0
         self.set_fitted(
             components=out.components,
@@ -236,10 +251,95 @@ class BaseFederatedDetector(BaseEstimator):
             features=pipe,
             rank_reason=out.rank_reason,
         )
+        self.set_client_states(out.client_states)
         self.fit_thresholds(None, gateways.standardized(out.std), order)
+        self.lineage_ = new_lineage(
+            parent, labels, window, parent_sha256=parent_sha, sizes=[len(b) for b in blocks]
+        )
+        self.__dict__.pop("file_sha256_", None)  # this fit is no file's content
         return self
 
-    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
+    def _warm_start_state(self) -> WarmStart | None:
+        """What ``warm_start=True`` refits from: this detector's fitted state (a fit,
+        or a loaded model file), else None (a cold fit, as scikit-learn's
+        ``warm_start`` on an unfitted estimator).
+
+        The model's feature pipeline, standardisation and rank are kept; each of its
+        gateways carries ``W_i`` (``client_components_``), its consensus dual
+        (``client_duals_``, zero for a model without it) and SSN multiplier; the
+        rounds start at ``consensus_`` (``components_`` for a model without it).
+        """
+        if not (getattr(self, "warm_start", False) and hasattr(self, "components_")):
+            return None
+        if not self.runs_rounds:
+            raise ValueError(f"warm start: {type(self).__name__} has no rounds to start")
+        r, n = self.components_.shape
+        if self.n_components != "auto" and int(self.n_components) != r:
+            raise ValueError(
+                f"warm start: n_components={self.n_components} but the model has rank {r}; "
+                "a warm start keeps the model's rank (fit without warm_start to change it)"
+            )
+        V = getattr(self, "consensus_", None)
+        if V is None or np.shape(V) != (n, r):
+            V = self.components_.T
+        duals = getattr(self, "client_duals_", None)
+        ssn = getattr(self, "client_multipliers_", None)
+        states = {}
+        for i, label in enumerate(self.clients_.tolist()):
+            st = {
+                "W": self.client_components_[i].T,
+                "dual": np.zeros((n, r)) if duals is None else duals[i].T,
+            }
+            if ssn is not None:
+                st["ssn"] = ssn[i]
+            states[label] = st
+        std = Standardization(
+            np.asarray(self.mean_), np.asarray(self.scale_), np.asarray(self.constant_features_)
+        )
+        return WarmStart(
+            std=std, rank=r, V=np.asarray(V, dtype=float), states=states,
+            features=getattr(self, "features_", None),
+        )  # fmt: skip
+
+    def _warm_input(self, X, groups):
+        """The warm start's training matrix: ``X`` through the model's own feature
+        pipeline (not refitted), or checked against its numeric features; a mismatch is
+        one line."""
+        pipe = getattr(self, "features_", None)
+        names = getattr(self, "feature_names_in_", None)
+        try:
+            if pipe is None:
+                X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=False)
+            else:
+                import pandas as pd
+
+                if not isinstance(X, pd.DataFrame):
+                    raise ValueError(
+                        "the model has a feature pipeline: give a DataFrame with its columns "
+                        f"{list(pipe.feature_names_in_)[:5]}..."
+                    )
+                if groups is not None:
+                    _check_groups(groups, X.shape[0])
+                X = check_array(pipe.transform(X), dtype=np.float64, ensure_min_samples=2)
+        except ValueError as exc:
+            raise ValueError(f"warm start: {one_line(exc)}") from None
+        return X, pipe, None if names is None else list(names)
+
+    def set_client_states(self, states: dict | None) -> None:
+        """The rounds' personalised state (``states``: ``W``, ``dual``, ``ssn`` stacked
+        over ``clients_``; :func:`fedep.core.cohort.client_states`) as the fitted
+        ``client_duals_`` (n_clients, n_components, n_features), like
+        ``client_components_``, and ``client_multipliers_`` (n_clients, n_components,
+        n_components); None removes them (a closed form, or a Flower server)."""
+        for k in ("client_duals_", "client_multipliers_"):
+            self.__dict__.pop(k, None)
+        if states is None:
+            return
+        self.client_duals_ = np.swapaxes(np.asarray(states["dual"], dtype=float), 1, 2)
+        if "ssn" in states:
+            self.client_multipliers_ = np.asarray(states["ssn"], dtype=float)
+
+    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None):
         """The fit on the gateways' kept records, standardised by ``std`` (hook of
         :func:`~fedep.detectors.driver.fit_gateways`).
 

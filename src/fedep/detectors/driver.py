@@ -13,6 +13,11 @@
    baseline);
 6. the finish (``Gateways.finalize``).
 
+A warm start (:class:`WarmStart`, a previous model) replaces steps 1-3 by the
+model's own feature pipeline, standardisation and rank, and starts step 5 at its
+consensus, each gateway at its own carried state (new gateways at the consensus),
+without the one-shot sketches or re-merges.
+
 ``BaseFederatedDetector.fit`` calls it over :class:`~fedep.federation.gateways.LocalGateways`,
 the Flower ServerApp over its own transport (``fedep.flower.gateways.FlowerGateways``):
 one sequence, so both give the same model (tested). A new phase is one step here plus
@@ -33,6 +38,7 @@ from fedep.federation.rounds import FederationResult
 
 __all__ = [
     "FitOutcome",
+    "WarmStart",
     "check_rank",
     "choose_gateway_rank",
     "fit_gateways",
@@ -65,6 +71,10 @@ class FitOutcome:
         The gateways of the last fit, in aggregation order.
     finalized : list
         The gateways that confirmed the final model.
+    client_states : dict of str -> ndarray or None
+        The personalised states after the rounds (``W``, ``dual``, ``ssn`` stacked in
+        ``labels`` order; :func:`fedep.core.cohort.client_states`), what a later warm
+        start carries; None where they stay on the gateways or for a closed form.
     """
 
     std: Standardization
@@ -77,6 +87,32 @@ class FitOutcome:
     trim_history: list[dict]
     labels: list
     finalized: list = field(default_factory=list)
+    client_states: dict | None = None
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """A previous model to refit from (:func:`fit_gateways` ``start``).
+
+    Attributes
+    ----------
+    std : Standardization
+        The model's standardisation (kept: the carried bases are in its units).
+    rank : int
+    V : ndarray of shape (n_features, rank)
+        The consensus the rounds start at.
+    states : dict
+        Gateway label -> its carried state (:data:`fedep.core.cohort.START_KEYS`);
+        a gateway absent from it (new to the federation) starts at ``V``.
+    features : FeaturePipeline or None
+        The model's fitted feature pipeline (kept, not refitted).
+    """
+
+    std: Standardization
+    rank: int
+    V: np.ndarray
+    states: dict
+    features: object = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:
@@ -127,6 +163,7 @@ def fit_gateways(
     *,
     on_round: Callable[[int, np.ndarray, dict], None] | None = None,
     warn: bool = True,
+    start: WarmStart | None = None,
 ) -> FitOutcome:
     """Fit ``est``'s model over ``gateways``: every phase, in order.
 
@@ -143,30 +180,51 @@ def fit_gateways(
         ``on_round(round, V, record)`` after each round.
     warn : bool, default=True
         Warn (``ConvergenceWarning``) when the rounds stop before ``tol``.
+    start : WarmStart, optional
+        Refit from a previous model (see the module docstring); the first fit on the
+        kept records starts there, record trimming's refits as usual.
 
     Returns
     -------
     FitOutcome
     """
-    pipe = gateways.features()
-    std = standardization(
-        combine_moments(gateways.moments()), pipeline=pipe, standardize=bool(est.standardize)
-    )
-    check_rank(est.n_components, std.mean.shape[0])
-    est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+    if start is None:
+        pipe = gateways.features()
+        std = standardization(
+            combine_moments(gateways.moments()), pipeline=pipe, standardize=bool(est.standardize)
+        )
+        check_rank(est.n_components, std.mean.shape[0])
+        est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+    else:
+        pipe = gateways.features(start.features)
+        n = start.std.mean.shape[0]
+        widths = {m.mean.shape[0] for m in gateways.moments()}
+        if widths != {n}:
+            raise ValueError(
+                f"warm start: the gateways' records have {sorted(widths)} features, the "
+                f"model {n}; a warm start needs the model's features"
+            )
+        std = start.std
+        est.n_components_ = int(start.rank)
+        est.rank_reason_ = f"r={start.rank}: the rank of the warm-start model"
     rng = np.random.default_rng(est.random_state)
+    first = [start]
 
     def fit_kept(mean, scale, V, same):
         kept_std = Standardization(mean, scale, std.constant)
         # Set before the rounds, so that a callback can score with them.
         est.mean_, est.scale_, est.constant_features_ = mean, scale, std.constant
         V0 = V if est._warm_start(V, same) else None
+        warm, first[0] = first[0], None  # the carried state: the first fit only
+        if warm is not None:
+            V0 = warm.V
         V, client_bases, res = est._fit_kept(
-            gateways, kept_std, V0, rng, on_round=on_round, warn=warn
-        )
-        return V, (client_bases, res, kept_std)
+            gateways, kept_std, V0, rng, on_round=on_round, warn=warn,
+            start=None if warm is None else warm.states,
+        )  # fmt: skip
+        return V, (client_bases, res, kept_std, gateways.client_states())
 
-    _, _, V, (client_bases, res, final_std) = est._trimmed_fit(
+    _, _, V, (client_bases, res, final_std, states) = est._trimmed_fit(
         gateways.records(), fit_kept, std.mean, std.scale
     )
     outcome = FitOutcome(
@@ -179,6 +237,7 @@ def fit_gateways(
         federation=res,
         trim_history=list(est.trim_history_),
         labels=list(gateways.labels),
+        client_states=states,
     )
     outcome.finalized = gateways.finalize(outcome)
     return outcome

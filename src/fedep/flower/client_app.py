@@ -32,7 +32,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 
 from fedep.core.baselines import client_sketch
-from fedep.core.cohort import make_cohort
+from fedep.core.cohort import check_start, make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments
 from fedep.core.trimming import (
@@ -65,6 +65,7 @@ _STD = "fedep.std"  # mean, scale, constant
 _COHORT = "fedep.cohort"  # the cohort's state_arrays()
 _META = "fedep.meta"  # label, feature names, pipeline, method, parameters, cohort spec
 _KEEP = "fedep.keep"  # the records kept by record trimming (local only; absent: all)
+_START = "fedep.start"  # this gateway's warm-start state (W, dual, ssn), from the setup
 
 
 def _meta(context: Context) -> dict:
@@ -110,8 +111,12 @@ def _estimator(meta: dict):
 
 def _load_cohort(context: Context, V0: np.ndarray):
     """The gateway's cohort of one, rebuilt from its spec and its checkpointed state."""
-    cohort = make_cohort(_meta(context)["spec"], [_kept_block(context)], V0)
-    if _COHORT in context.state.array_records:
+    resume = _COHORT in context.state.array_records
+    start = None
+    if not resume and _START in context.state.array_records:
+        start = [arrays_of(context.state[_START])]  # checked by make_cohort
+    cohort = make_cohort(_meta(context)["spec"], [_kept_block(context)], V0, start)
+    if resume:
         cohort.load_state(arrays_of(context.state[_COHORT]))
     return cohort
 
@@ -384,6 +389,16 @@ def setup(msg: Message, context: Context) -> Message:
     _set_meta(context, meta)
     if _COHORT in context.state.array_records:
         del context.state[_COHORT]  # a new fit starts from scratch
+    if _START in context.state.array_records:
+        del context.state[_START]
+    if "start" in msg.content.array_records:
+        # a warm start: this gateway's own state, checked against the run's dimensions
+        n, r = int(np.asarray(arr["mean"]).size), int(meta["rank"])
+        try:
+            st = check_start(arrays_of(msg.content["start"]), n, r, f"gateway {meta['label']}")
+        except ValueError as exc:
+            return _data_error(msg, exc, context)
+        context.state[_START] = to_array_record(**st)
     content = RecordDict({"ack": MetricRecord({"ok": 1})})
     k = int(msg.content["settings"].get("sketch-rank", 0))
     if k > 0:

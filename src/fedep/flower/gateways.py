@@ -14,7 +14,8 @@ first contact                 ``query.moments``                label, moments or
 ``moments`` (raw tables)      ``query.moments`` + pipeline     moments of its outputs
 ``gram``                      ``query.gram``                   ``Z_i^T Z_i``, count
 ``records``                   ``query.trim``                   counts and sums
-``setup``                     ``train.setup``                  ack (+ one-shot sketch)
+``setup``                     ``train.setup`` (+ its own       ack (+ one-shot sketch)
+                              warm-start state)
 ``round_clients``             ``train``                        ``W_i, Pi_i, nu_i``, metrics
 ``finalize``                  ``evaluate.finalize``            thresholds
 ============================  ===============================  =========================
@@ -34,6 +35,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 
 from fedep._json import jsonable
+from fedep.core.cohort import check_start
 from fedep.core.fedep import RoundReport
 from fedep.core.stats import Moments
 from fedep.core.trimming import add_ppca_sums
@@ -258,12 +260,21 @@ class FlowerGateways:
             **kw,
         )
 
-    def features(self) -> FeaturePipeline | None:
+    def features(self, fitted=None) -> FeaturePipeline | None:
         """The feature pipeline of gateways holding raw tables, in two phases:
         ``query.summaries`` (each gateway's column summaries -> merged -> decisions)
-        and ``query.feature_moments`` (moments of the encoded features -> scaling)."""
+        and ``query.feature_moments`` (moments of the encoded features -> scaling).
+        ``fitted`` (a warm start's): that pipeline, sent with the moments phase."""
         if self._moments is not None:
+            if fitted is not None:
+                raise RuntimeError(
+                    "warm start: the model has a feature pipeline but the gateways hold "
+                    "numeric records; give them raw tables"
+                )
             return None
+        if fitted is not None:
+            self._pipe = fitted
+            return fitted
         pipe = FeaturePipeline(**self.pipeline_params)
         sent = {"params": jsonable(pipe.get_params())}
         content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(sent)})})
@@ -330,10 +341,15 @@ class FlowerGateways:
             self._records = RemoteRecords(self.grid, self.roster, self.timeout, self.min_clients)
         return self._records
 
-    def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
+    def setup(
+        self, std: Standardization, setup: GatewaySetup, start: dict | None = None
+    ) -> list[np.ndarray] | None:
         """``train.setup``: the standardisation and the estimator's parameters to every
         gateway still in the run; each validates the estimator, drops its previous model
-        state and replies its sketch when ``setup.sketch_rank`` > 0."""
+        state and replies its sketch when ``setup.sketch_rank`` > 0. With ``start`` (a
+        warm start), each gateway of the model gets its own carried state only
+        (``start`` record: ``W``, ``dual``, ``ssn``), checked here against the run's
+        dimensions before it is sent and again by the gateway."""
         records = self.records()
         self.roster.order = [lab for lab in self.roster.order if lab in records.labels]
         settings = {
@@ -344,6 +360,16 @@ class FlowerGateways:
         }
         config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": setup.sketch_rank})
         content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
+        if start is not None:
+            n = std.mean.shape[0]
+            per = {}
+            for lab in self.roster.order:
+                rd = RecordDict({"std": content["std"], "settings": config})
+                if start.get(lab) is not None:
+                    st = check_start(start[lab], n, setup.rank, f"gateway {lab}")
+                    rd["start"] = to_array_record(**st)
+                per[lab] = rd
+            content = per
         replies = self._ask(content, "train.setup", "setup", "the setup")
         records.labels = list(self.roster.order)
         if not setup.sketch_rank:
@@ -377,6 +403,9 @@ class FlowerGateways:
 
     def client_bases(self) -> None:
         return None  # each gateway keeps its personalised basis
+
+    def client_states(self) -> None:
+        return None  # each gateway keeps its personalised state (in its model file)
 
     def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
         raise ValueError("the records stay on the gateways: this method needs them in one place")

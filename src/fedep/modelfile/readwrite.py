@@ -133,6 +133,7 @@ def read_model_file(
     max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
     max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
+    digest_out: list | None = None,
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a model file written by :func:`write_model_file`.
 
@@ -148,6 +149,9 @@ def read_model_file(
     max_bytes, max_array_bytes, max_meta_bytes, max_ratio : int or float
         Caps on the file size and total inflated size, on one array member, on the
         metadata member, and on any member's compression ratio (see module docstring).
+    digest_out : list, optional
+        Receives the file's integrity digest (the SHA-256 hex that a signature covers),
+        appended once the file is verified (a model's lineage records its parent's).
 
     Returns
     -------
@@ -263,4 +267,6 @@ def read_model_file(
         raise _fail(path, f"is truncated or corrupt ({type(exc).__name__}: {exc})") from None
     if key_error:
         raise key_error[0]
+    if digest_out is not None:
+        digest_out.append(env["sha256"])
     return env["meta"], arrays
