@@ -215,7 +215,7 @@ class BaseFederatedDetector(BaseEstimator):
         self
         """
         self._validate_params()
-        start = self._warm_start_state()
+        start = self.warm_start_state()
         window = data_window(X)
         if start is None:
             X, pipe, names_in = self._fit_input(X, groups)
@@ -259,7 +259,7 @@ class BaseFederatedDetector(BaseEstimator):
         self.__dict__.pop("file_sha256_", None)  # this fit is no file's content
         return self
 
-    def _warm_start_state(self) -> WarmStart | None:
+    def warm_start_state(self) -> WarmStart | None:
         """What ``warm_start=True`` refits from: this detector's fitted state (a fit,
         or a loaded model file), else None (a cold fit, as scikit-learn's
         ``warm_start`` on an unfitted estimator).

@@ -115,6 +115,8 @@ def _load_cohort(context: Context, V0: np.ndarray):
     start = None
     if not resume and _START in context.state.array_records:
         start = [arrays_of(context.state[_START])]  # checked by make_cohort
+    elif not resume and _meta(context).get("warm"):
+        start = [None]  # a gateway new to a warm start: at V0, its data side settled
     cohort = make_cohort(_meta(context)["spec"], [_kept_block(context)], V0, start)
     if resume:
         cohort.load_state(arrays_of(context.state[_COHORT]))
@@ -384,6 +386,7 @@ def setup(msg: Message, context: Context) -> Message:
     context.state[_STD] = to_array_record(**arr)
     meta = _meta(context)
     meta.update(json.loads(str(msg.content["settings"]["json"])))
+    meta["warm"] = bool(int(msg.content["settings"].get("warm-start", 0)))
     # Validated once here, with the estimator's own rules; rounds reuse the spec.
     meta["spec"] = _estimator(meta).cohort_spec()
     _set_meta(context, meta)

@@ -358,7 +358,14 @@ class FlowerGateways:
             "rank": setup.rank,
             "rank_reason": setup.rank_reason,
         }
-        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": setup.sketch_rank})
+        config = ConfigRecord(
+            {
+                "json": json.dumps(settings),
+                "sketch-rank": setup.sketch_rank,
+                # every gateway of a warm start settles its data side before round 1
+                "warm-start": int(start is not None),
+            }
+        )
         content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
         if start is not None:
             n = std.mean.shape[0]
