@@ -47,7 +47,7 @@ def test_flower_warm_start_carries_each_gateway_its_own_state(tmp_path):
     assert res.stop_reason == local.stop_reason_ == "lagrangian_stationary"
     np.testing.assert_allclose(res.components, local.components_, atol=1e-8)
     # each gateway's setup left it its own state only; the new gateway none
-    for nid, ctx in grid.contexts.items():
+    for ctx in grid.contexts.values():
         label = ctx.state["fedep.meta"]["json"]
         label = next(lab for _, lab, _ in data if f'"label": "{lab}"' in label)
         if label == data[2][1]:

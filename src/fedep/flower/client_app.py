@@ -32,7 +32,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 
 from fedep.core.baselines import client_sketch
-from fedep.core.cohort import check_start, make_cohort
+from fedep.core.cohort import check_start, client_states, make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments
 from fedep.core.trimming import (
@@ -444,7 +444,8 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     det = _estimator(meta)
     std = arrays_of(context.state[_STD])
     block = _block(context)
-    W = _load_cohort(context, final["V"]).state_arrays()["W"][0]
+    states = client_states(_load_cohort(context, final["V"]))
+    W = states["W"][0]
     label = meta["label"]
     pipe = _pipeline(meta["features"]) if meta.get("features") else None
     det.set_fitted(
@@ -458,6 +459,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         features=pipe,
         rank_reason=meta.get("rank_reason") or None,
     )
+    det.set_client_states(states)  # what a later warm start from this file carries
     det.fit_thresholds(block, [block])
     res = FederationResult(
         V=final["V"],
