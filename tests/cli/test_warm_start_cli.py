@@ -40,7 +40,8 @@ def test_fit_warm_start_then_models_show_and_diff(periods, tmp_path, capsys):
     d1, d2 = periods / "day1", periods / "day2"
     a, b = tmp_path / "a.fedep", tmp_path / "b.fedep"
     code, _, err = _run(capsys, "fit", "--train", d1 / "gw0.csv", d1 / "gw1.csv",
-                        "--n-components", "2", "--out", a, "--sign-key", KEY, "--quiet")  # fmt: skip
+                        "--n-components", "2", "--out", a, "--sign-key", KEY,
+                        "--quiet")  # fmt: skip
     assert code == 0, err
     code, out, err = _run(capsys, "fit", "--train", *sorted(d2.glob("*.csv")), "--warm-start", a,
                           "--verify-key", KEY, "--out", b, "--sign-key", KEY)  # fmt: skip

@@ -121,15 +121,13 @@ def register(sub) -> None:
     p.add_argument(
         "--warm-start",
         metavar="MODEL",
-        help="refit MODEL (fedep fit's, or a gateway-<i>.fedep) on the gateways' new data: "
-        "its features, scaling and rank kept, each gateway it holds from its own state "
-        "(sent to that gateway only), the others from the global basis",
+        help="refit MODEL on the new data, each gateway from its own state in MODEL "
+        "(sent to it alone), new ones from the global basis",
     )
     p.add_argument(
         "--verify-key",
         metavar="KEY",
-        help="with --warm-start: refuse an unsigned or altered MODEL (Ed25519 public key "
-        "PEM file, or hmac:SECRET or @FILE)",
+        help="refuse an unsigned or altered --warm-start MODEL: Ed25519 public PEM or hmac:KEY",
     )
     g = p.add_argument_group("data")
     src = g.add_mutually_exclusive_group(required=True)
