@@ -17,6 +17,10 @@ set):
 - ``warm``: the period-1 model refitted on period 2 with ``warm_start=True`` (every
   period-1 gateway from its own state, the new one from the consensus);
 
+- ``warm_no_remerge`` (FedEP): the same with ``remerge=False``, the carried state alone
+  (with re-merges, the default, a first merge of the new records farther than
+  ``sqrt(tol)`` from the carried consensus restarts the ADMM there);
+
 each to the same stopping test (``tol``), recording rounds, the sum of the rounds'
 times (``rounds_s``; the setup phases excluded), the whole fit (``fit_s``, wall), the
 stop reason and the test split's ROC AUC of the global scores (the labels are used for
@@ -103,6 +107,9 @@ def main(argv=None):
             rec["cold"] = fit_record(cold, X[two], groups[two], ds)
             warm = copy.deepcopy(first).set_params(warm_start=True)
             rec["warm"] = fit_record(warm, X[two], groups[two], ds)
+            if m == "fedep":  # the carried state alone, without re-merges' drift test
+                alone = copy.deepcopy(first).set_params(warm_start=True, remerge=False)
+                rec["warm_no_remerge"] = fit_record(alone, X[two], groups[two], ds)
             rec["warm_over_cold_rounds"] = rec["warm"]["n_rounds"] / rec["cold"]["n_rounds"]
             rec["warm_over_cold_s"] = rec["warm"]["fit_s"] / rec["cold"]["fit_s"]
             r = warm.components_.shape[0]

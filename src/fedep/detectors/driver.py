@@ -16,7 +16,8 @@
 A warm start (:class:`WarmStart`, a previous model) replaces steps 1-3 by the
 model's own feature pipeline, standardisation and rank, and starts step 5 at its
 consensus, each gateway at its own carried state (new gateways at the consensus),
-without the one-shot sketches or re-merges.
+without the one-shot sketches (re-merges, when the estimator makes them, test whether
+the data moved: see ``_FederatedMixin._fit_kept``).
 
 ``BaseFederatedDetector.fit`` calls it over :class:`~fedep.federation.gateways.LocalGateways`,
 the Flower ServerApp over its own transport (``fedep.flower.gateways.FlowerGateways``):

@@ -44,9 +44,8 @@ class _FederatedMixin:
         """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
         return make_cohort(self.cohort_spec(), blocks, V0)
 
-    def _run_rounds(self, clients, V0, rng, on_round=None, remerge=True):
-        """The one round loop with these parameters, over in-process or remote clients
-        (``remerge=False``: without re-merges whatever ``remerge`` says; a warm start)."""
+    def _run_rounds(self, clients, V0, rng, on_round=None):
+        """The one round loop with these parameters, over in-process or remote clients."""
         return run_rounds(
             clients,
             self.server_step,
@@ -57,7 +56,7 @@ class _FederatedMixin:
             rng=rng,
             on_round=on_round,
             aggregation=self.aggregation,
-            remerge=remerge and self._remerges(),
+            remerge=self._remerges(),
         )
 
     def _remerges(self) -> bool:
@@ -71,9 +70,11 @@ class _FederatedMixin:
         replies its one-shot sketch unless the fit is warm, ``V0`` given, or
         ``init="random"``); the round loop then runs from ``V0``, the merge of the
         sketches or a random basis. ``start`` (a warm start from a model: label ->
-        carried state) starts each gateway at its own state and runs no re-merge:
-        the consensus already is the cleaned records' subspace of the previous model,
-        and a re-merge would reset the carried bases and duals.
+        carried state) starts each gateway at its own state, from the model's
+        consensus; re-merges run as usual and are the warm start's drift test: while
+        the merge of the new cleaned records is within ``sqrt(tol)`` of the carried
+        consensus (the same data) nothing restarts and the carried state goes on;
+        farther (the data moved), the ADMM restarts at the merge, as a cold fit's does.
         """
         r = self._rank()
         sketch_rank = r if V0 is None and self.init == "oneshot" else 0
@@ -92,8 +93,7 @@ class _FederatedMixin:
         if V0 is None:
             n = std.mean.shape[0]
             V0 = oneshot_merge(sketches, r) if sketch_rank else random_stiefel(n, r, rng)
-        clients = gateways.round_clients(V0)
-        res = self._run_rounds(clients, V0, rng, on_round, remerge=start is None)
+        res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round)
         self.set_federation_result(res, warn=warn)
         return polar(res.V), gateways.client_bases(), res
 
@@ -205,7 +205,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         from its own personalised state (``W_i``, its consensus dual and SSN
         multiplier: ``client_components_``, ``client_duals_``,
         ``client_multipliers_``), a new gateway from the consensus, with no one-shot
-        sketch or re-merge; ``S_i`` starts at 0 on the new records. ``lineage_``
+        sketch; ``S_i`` settles on the new records by local data steps first. With
+        ``remerge``, a first re-merge farther than ``sqrt(tol)`` from the carried
+        consensus (the data moved) restarts the ADMM there, as in a cold fit. ``lineage_``
         names the model refitted as the parent. Refused (one line) for new records of
         other features or an integer ``n_components`` other than the model's rank.
         ``fedep fit --warm-start MODEL`` is this with the model file.
