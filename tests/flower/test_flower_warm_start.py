@@ -27,7 +27,10 @@ def _flower_env(monkeypatch, tmp_path):
 
 
 def test_flower_warm_start_carries_each_gateway_its_own_state(tmp_path):
-    cfgs = [{"partition-id": i, "synthetic-seed": 2} for i in range(3)]
+    cfgs = [
+        {"partition-id": i, "synthetic-seed": 2, "model-path": str(tmp_path / f"g{i}.fedep")}
+        for i in range(3)
+    ]
     data = [load_gateway_data(c) for c in cfgs]
     X = np.concatenate([x for x, _, _ in data])
     groups = np.concatenate([[lab] * len(x) for x, lab, _ in data])
@@ -57,6 +60,14 @@ def test_flower_warm_start_carries_each_gateway_its_own_state(tmp_path):
         got = arrays_of(ctx.state["fedep.start"])
         np.testing.assert_array_equal(got["W"], model.client_components_[i].T)
         np.testing.assert_array_equal(got["dual"], model.client_duals_[i].T)
+    # every gateway's file records the run's lineage (the model as parent) and its state
+    g0 = fedep.load(tmp_path / "g0.fedep")
+    assert g0.lineage_["parent"] == model.lineage_["id"]
+    assert g0.lineage_["parent_sha256"] == fedep.load(path).file_sha256_
+    assert g0.lineage_["gateways"] == ["0", "1", "2"]
+    assert g0.lineage_ == fedep.load(tmp_path / "g2.fedep").lineage_
+    assert g0.lineage_["window"]["rows"] == len(X)
+    assert g0.client_duals_.shape == (1, 2, X.shape[1])
 
 
 def test_flower_warm_start_refuses_another_key_or_rank(tmp_path):

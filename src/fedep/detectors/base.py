@@ -36,7 +36,7 @@ from fedep.core.trimming import (
 )
 from fedep.data.readers.frames import release_arrow_memory
 from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
-from fedep.detectors.lineage import data_window, new_lineage
+from fedep.detectors.lineage import data_window
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways, Standardization
 from fedep.params import validate_params
@@ -236,8 +236,6 @@ class BaseFederatedDetector(BaseEstimator):
         names = getattr(self, "feature_names_in_", None)
         gateways = LocalGateways(labels, blocks, pipe, feature_names=names)
         t0 = time.perf_counter()
-        parent = getattr(self, "lineage_", None) if start is not None else None
-        parent_sha = getattr(self, "file_sha256_", None) if start is not None else None
         out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None), start=start)
         self.fit_time_ = time.perf_counter() - t0
         self.set_fitted(
@@ -253,9 +251,7 @@ class BaseFederatedDetector(BaseEstimator):
         )
         self.set_client_states(out.client_states)
         self.fit_thresholds(None, gateways.standardized(out.std), order)
-        self.lineage_ = new_lineage(
-            parent, labels, window, parent_sha256=parent_sha, sizes=[len(b) for b in blocks]
-        )
+        self.lineage_ = {**out.lineage, "window": window}  # the window of X (its ts)
         self.__dict__.pop("file_sha256_", None)  # this fit is no file's content
         return self
 
@@ -299,6 +295,8 @@ class BaseFederatedDetector(BaseEstimator):
         return WarmStart(
             std=std, rank=r, V=np.asarray(V, dtype=float), states=states,
             features=getattr(self, "features_", None),
+            parent=getattr(self, "lineage_", None),
+            parent_sha256=getattr(self, "file_sha256_", None),
         )  # fmt: skip
 
     def _warm_input(self, X, groups):

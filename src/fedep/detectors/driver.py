@@ -34,6 +34,7 @@ import numpy as np
 
 from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
+from fedep.detectors.lineage import new_lineage
 from fedep.federation.gateways import Gateways, Standardization
 from fedep.federation.rounds import FederationResult
 
@@ -76,6 +77,9 @@ class FitOutcome:
         The personalised states after the rounds (``W``, ``dual``, ``ssn`` stacked in
         ``labels`` order; :func:`fedep.core.cohort.client_states`), what a later warm
         start carries; None where they stay on the gateways or for a closed form.
+    lineage : dict
+        The new model's lineage (:func:`fedep.detectors.lineage.new_lineage`: a fresh
+        id, the warm start's model as parent, the rows and the gateways).
     """
 
     std: Standardization
@@ -89,6 +93,7 @@ class FitOutcome:
     labels: list
     finalized: list = field(default_factory=list)
     client_states: dict | None = None
+    lineage: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,10 @@ class WarmStart:
         a gateway absent from it (new to the federation) starts at ``V``.
     features : FeaturePipeline or None
         The model's fitted feature pipeline (kept, not refitted).
+    parent : dict or None
+        The model's ``lineage_`` (the new model's parent).
+    parent_sha256 : str or None
+        The integrity digest of the model's file, when it was loaded from one.
     """
 
     std: Standardization
@@ -114,6 +123,8 @@ class WarmStart:
     V: np.ndarray
     states: dict
     features: object = None
+    parent: dict | None = None
+    parent_sha256: str | None = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:
@@ -191,15 +202,17 @@ def fit_gateways(
     """
     if start is None:
         pipe = gateways.features()
+        moments = gateways.moments()
         std = standardization(
-            combine_moments(gateways.moments()), pipeline=pipe, standardize=bool(est.standardize)
+            combine_moments(moments), pipeline=pipe, standardize=bool(est.standardize)
         )
         check_rank(est.n_components, std.mean.shape[0])
         est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
     else:
         pipe = gateways.features(start.features)
         n = start.std.mean.shape[0]
-        widths = {m.mean.shape[0] for m in gateways.moments()}
+        moments = gateways.moments()
+        widths = {m.mean.shape[0] for m in moments}
         if widths != {n}:
             raise ValueError(
                 f"warm start: the gateways' records have {sorted(widths)} features, the "
@@ -239,6 +252,14 @@ def fit_gateways(
         trim_history=list(est.trim_history_),
         labels=list(gateways.labels),
         client_states=states,
+    )
+    counts = [int(m.count) for m in moments]
+    outcome.lineage = new_lineage(
+        None if start is None else start.parent,
+        outcome.labels,
+        {"rows": sum(counts)},
+        parent_sha256=None if start is None else start.parent_sha256,
+        sizes=counts if len(counts) == len(outcome.labels) else None,
     )
     outcome.finalized = gateways.finalize(outcome)
     return outcome

@@ -469,6 +469,8 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     )
     det.set_federation_result(res, warn=False)
     det.trim_history_ = list(final.get("trim_history") or [])
+    if isinstance(final.get("lineage"), dict):  # checked by the model file's schema
+        det.lineage_ = final["lineage"]
     det.n_trim_steps_ = len(det.trim_history_)
     return det
 

@@ -427,6 +427,7 @@ class FlowerGateways:
             "n_rounds": res.n_rounds,
             "stop_reason": res.stop_reason,
             "trim_history": outcome.trim_history,
+            "lineage": outcome.lineage,  # the run's: every gateway's file records it
         }
         content = RecordDict(
             {

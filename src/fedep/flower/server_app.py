@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from logging import INFO
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def warm_start_from(path: str, est, verify_key: str = "") -> WarmStart:
     model.set_params(warm_start=True, n_components=est.n_components)
     start = model.warm_start_state()
     states = {str(label): st for label, st in start.states.items()}
-    return WarmStart(start.std, start.rank, start.V, states, start.features)
+    return replace(start, states=states)
 
 
 def run_federation(
