@@ -111,6 +111,10 @@ def load_model(path, *, verify_key=None, require_signature=False):
     is refused here, with the field it got wrong, rather than failing (or scoring
     wrongly) later.
 
+    The returned detector's ``file_sha256_`` is the file's integrity digest (what a
+    signature signs), verified while reading: it names the model in its alerts
+    (:func:`fedep.alerts.model_identity`).
+
     Raises
     ------
     ModelFileError
