@@ -507,3 +507,21 @@ def test_parse_passes_pipeline_options_as_run_config_keys(tmp_path):
     assert rc["exclude"] == "ts,uid" and rc["scale-rule"] == "shrink" and rc["scale-floor"] == 0.3
     with pytest.raises(ValueError, match="scale_floor"):
         _plan(["--gateways", "2", "--train", *csvs, "--scale-floor", "-1", "--out", tmp_path / "o"])
+
+
+@pytest.mark.parametrize(
+    "n, extra, says",
+    [
+        (2, [], "--secure-aggregation needs at least 3 gateways"),
+        (3, ["--aggregation", "median"], "aggregation='median' needs each one"),
+        (3, ["--trim-steps", "1"], "cannot run record trimming"),
+        (3, [], "--secure-aggregation with --train files needs --features numeric"),
+    ],
+)
+def test_secure_aggregation_refusals(tmp_path, monkeypatch, capsys, n, extra, says):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(n)]
+    argv = ["--gateways", n, "--train", *csvs, "--secure-aggregation", *extra]
+    rc, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert rc == 1, stderr
+    assert says in _one_line_error(stderr)
+    assert not (tmp_path / "run").exists()  # nothing was started

@@ -62,6 +62,7 @@ from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
 from fedep.data.readers import check_distinct_gateways, gateway_files
 from fedep.detectors import METHODS, make_estimator
+from fedep.federation.privacy import DP_PARAMS
 from fedep.flower.deployment import (
     FederationPlan,
     Interrupted,
@@ -72,6 +73,7 @@ from fedep.flower.deployment import (
     run_local_federation,
     stale_results,
 )
+from fedep.flower.secure_rules import MIN_GATEWAYS, check_secure_aggregation
 from fedep.params import (
     make_pipeline,
     option_name,
@@ -94,8 +96,10 @@ def federated_methods() -> dict[str, type]:
 
 
 def federated_param_table() -> dict:
-    """The parameter table of the federated methods' estimators (:mod:`fedep.params`)."""
-    return param_table(list(dict.fromkeys(federated_methods().values())))
+    """The parameter table of the federated methods' estimators (:mod:`fedep.params`),
+    less differential privacy's (in-process fits only: the Flower run refuses them)."""
+    table = param_table(list(dict.fromkeys(federated_methods().values())))
+    return {k: v for k, v in table.items() if k not in DP_PARAMS}
 
 
 def register(sub) -> None:
@@ -195,6 +199,12 @@ def register(sub) -> None:
         help="longest wait of a SuperNode between two pulls (default: 0.2; 0: Flower's 3)",
     )
     f.add_argument(
+        "--secure-aggregation",
+        action="store_true",
+        help="SecAgg+: the server sees only sums of the gateways' statistics and rounds "
+        "(3 gateways or more; see docs/privacy.md)",
+    )
+    f.add_argument(
         "--overwrite",
         action="store_true",
         help="remove an earlier run's result.json and gateway-*.fedep from --out",
@@ -281,6 +291,19 @@ def _run_settings(args) -> dict:
     }
 
 
+def _check_secure(args, n: int, tables: bool) -> None:
+    """Refuse (one line) what secure aggregation cannot do, before anything starts."""
+    if n < MIN_GATEWAYS:
+        raise UsageError(f"--secure-aggregation needs at least {MIN_GATEWAYS} gateways; got {n}")
+    est = make_estimator(args.method, params_from_args(args, federated_param_table()))
+    check_secure_aggregation(est)
+    if tables and est.features == "auto":
+        raise UsageError(
+            "--secure-aggregation with --train files needs --features numeric: the "
+            "feature pipeline's column summaries cannot be summed securely"
+        )
+
+
 def output_folder(arg: str | None, overwrite: bool) -> Path:
     """The output folder, absolute, without an earlier run's results.
 
@@ -331,10 +354,14 @@ def plan(args: argparse.Namespace) -> FederationPlan:
     if args.min_clients > n:
         raise UsageError(f"--min-clients must be in [1, {n}]; got {args.min_clients}")
     settings = _run_settings(args)
+    if args.secure_aggregation:
+        _check_secure(args, n, "files" in sources)
     out = output_folder(args.out, args.overwrite)
     nodes = gateway_node_configs(out, **sources)
     rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
     rc.update(_warm_start_config(args))
+    if args.secure_aggregation:
+        rc["secure-aggregation"] = True
     return FederationPlan(nodes, rc, out)
 
 

@@ -170,6 +170,10 @@ class RoundReport:
     #: (d, n, k) sketches of the clients' cleaned records ``U_i`` when the round asked
     #: for them (``local_round(..., sketch_rank=k)``), else None.
     sketch: np.ndarray | None = None
+    #: The clients' round sums (:func:`fedep.federation.server.round_sums`) when a
+    #: transport sums securely and the server sees no single client's ``W``, ``Pi``,
+    #: ``nu`` (then ``W``, ``Pi``, ``nu`` and ``metrics`` are empty).
+    sums: dict[str, np.ndarray] | None = None
 
 
 def aggregate_consensus(W: np.ndarray, Pi: np.ndarray, nu: np.ndarray) -> np.ndarray:

@@ -47,6 +47,8 @@ from fedep.federation.server import merge_reports, out_of_scale, validate_report
 from fedep.flower.checks import check_gram, check_label, read_count, read_moments, read_summaries
 from fedep.flower.gateway_data import sort_labels
 from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.secagg import SECSUM, SecureSum, secure_sum
+from fedep.flower.secure_rounds import factor, secure_round
 from fedep.flower.transport import Roster, ask, exchange
 
 __all__ = ["FlowerGateways", "RemoteClients", "RemoteCounts", "RemoteRecords"]
@@ -109,6 +111,11 @@ class FlowerGateways:
         sends (summaries, moments, Gram) must equal it.
     columns : dict of label -> int
         Each raw-table gateway's declared number of columns (bounds its summaries).
+    secure : bool
+        Secure aggregation (:mod:`fedep.flower.secagg`): the moments, the Gram
+        matrices, the sketches and every round come to the server as SecAgg+ sums only.
+    n_features : int or None
+        The numeric gateways' declared number of features (secure aggregation).
     """
 
     def __init__(
@@ -124,6 +131,8 @@ class FlowerGateways:
         first_moments: list[Moments] | None = None,
         declared: dict[str, int] | None = None,
         columns: dict[str, int] | None = None,
+        secure: bool = False,
+        n_features: int | None = None,
     ):
         self.grid, self.roster, self.method = grid, roster, method
         self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
@@ -132,6 +141,7 @@ class FlowerGateways:
         # each gateway's record count (and table columns) declared at first contact
         self.declared = dict(declared or {})
         self.columns = dict(columns or {})
+        self.secure, self.n_features = bool(secure), n_features
         self._pipe: FeaturePipeline | None = None
         self._records: RemoteRecords | None = None
         self._clients: RemoteClients | None = None
@@ -160,6 +170,27 @@ class FlowerGateways:
             replies, phase, read, min_clients=self.min_clients, what=f"the {phase} phase"
         )
 
+    def _secure_sum(self, what: str, shapes: dict, *, group_id=None, **arrays) -> SecureSum:
+        """A SecAgg+ sum of the gateways' values ``what`` (:mod:`fedep.flower.secagg`);
+        the gateways that leave it leave the run."""
+        rd = RecordDict(
+            {SECSUM: ConfigRecord({"json": json.dumps({"what": what, **arrays.pop("query", {})})})}
+        )
+        for key, arrs in arrays.items():
+            rd[key] = to_array_record(**arrs)
+        out = secure_sum(
+            self.grid,
+            self.roster,
+            rd,
+            shapes,
+            phase=f"secure_{what}",
+            timeout=self.timeout,
+            min_clients=self.min_clients,
+            group_id=group_id,
+        )
+        self.roster.order = [lab for lab in self.roster.order if lab in out.labels]
+        return out
+
     def _reader(self, n_features: int):
         """A reader of moments of ``n_features`` features over the declared records."""
 
@@ -177,6 +208,7 @@ class FlowerGateways:
         features: str,
         timeout: float,
         min_clients: int,
+        secure: bool = False,
         **kw,
     ) -> FlowerGateways:
         """The first contact: every node's label and its moments (or, with
@@ -189,6 +221,8 @@ class FlowerGateways:
         does a run mixing raw tables with numeric sources.
         """
         content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
+        if secure:  # the enrolment only: the moments come as a secure sum
+            content = _json_record("features", {"mode": "count", "auto": features == "auto"})
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
@@ -219,6 +253,14 @@ class FlowerGateways:
         by_label = [(lab, replies[roster.node_of[lab]]) for lab in roster.order]
         tables = [lab for lab, rep in by_label if "source" in rep.content]
         numeric = [lab for lab, _ in by_label if lab not in tables]
+        if tables and secure:
+            raise RuntimeError(
+                "secure aggregation: gateways "
+                + ", ".join(tables)
+                + " hold raw tables; the feature pipeline's column summaries (category "
+                "counts, quantile sketches) cannot be summed securely; run with "
+                "features='numeric' or without secure aggregation"
+            )
         if tables and numeric:
             raise RuntimeError(
                 "features='auto': gateways "
@@ -236,6 +278,12 @@ class FlowerGateways:
                 src = rep.content["source"]
                 return read_count(rep.content["count"]["count"]), read_count(src["n-columns"])
 
+        elif secure:
+
+            def enrol(lab, rep):
+                c = rep.content["count"]
+                return read_count(c["count"]), read_count(c["n-features"])
+
         else:
             widths = [_width(rep) for _, rep in by_label]
             n_features = max(set(widths), key=widths.count)  # the gateways' majority
@@ -246,9 +294,23 @@ class FlowerGateways:
         enrolled = roster.parse(
             by_label, "first contact", enrol, min_clients=min_clients, what="the first contact"
         )
-        first = None if tables else [m for _, m in enrolled]
-        counts = {lab: (v[0] if tables else v.count) for lab, v in enrolled}
+        first = None if (tables or secure) else [m for _, m in enrolled]
+        counts = {lab: (v[0] if (tables or secure) else v.count) for lab, v in enrolled}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
+        n_features = None
+        if secure:
+            widths = [v[1] for _, v in enrolled]
+            n_features = max(set(widths), key=widths.count)  # the gateways' majority
+            for lab, v in enrolled:
+                if v[1] != n_features:
+                    roster.drop(
+                        lab,
+                        "first contact",
+                        f"{v[1]} features, not {n_features}",
+                        min_clients,
+                        "the first contact",
+                    )
+            counts = {lab: c for lab, c in counts.items() if lab in roster.order}
         return cls(
             grid,
             roster,
@@ -257,6 +319,8 @@ class FlowerGateways:
             first_moments=first,
             declared=counts,
             columns=columns,
+            secure=secure,
+            n_features=n_features,
             **kw,
         )
 
@@ -265,12 +329,12 @@ class FlowerGateways:
         ``query.summaries`` (each gateway's column summaries -> merged -> decisions)
         and ``query.feature_moments`` (moments of the encoded features -> scaling).
         ``fitted`` (a warm start's): that pipeline, sent with the moments phase."""
-        if self._moments is not None:
-            if fitted is not None:
-                raise RuntimeError(
-                    "warm start: the model has a feature pipeline but the gateways hold "
-                    "numeric records; give them raw tables"
-                )
+        if self._moments is not None and fitted is not None:
+            raise RuntimeError(
+                "warm start: the model has a feature pipeline but the gateways hold "
+                "numeric records; give them raw tables"
+            )
+        if self._moments is not None or self.secure:
             return None
         if fitted is not None:
             self._pipe = fitted
@@ -310,7 +374,26 @@ class FlowerGateways:
     def moments(self) -> list[Moments]:
         """The first contact's moments, or (raw tables) the moments of the pipeline's
         outputs: the fitted pipeline goes to every gateway, which transforms its table
-        and keeps the result."""
+        and keeps the result. Under secure aggregation, one pooled moments: two secure
+        sums (the records' sum, then the squared deviations from the pooled mean)."""
+        if self._moments is None and self.secure:
+            n = self.n_features
+            first = self._secure_sum("moments", {"n": (1,), "sum": (n,)})
+            total = sum(self.declared[lab] for lab in first.labels)
+            if abs(float(first.sums["n"][0]) - total) > 0.5 + float(first.bound["n"][0]):
+                raise RuntimeError(
+                    f"secure aggregation: the summed record count {first.sums['n'][0]:.1f} "
+                    f"is not the {total} the gateways declared"
+                )
+            mean = first.sums["sum"] / total
+            second = self._secure_sum("m2", {"m2": (n,)}, std={"mean": mean})
+            if second.labels != first.labels:  # a gateway left between the two sums
+                raise RuntimeError(
+                    "secure aggregation: gateways "
+                    + ", ".join(sorted(set(first.labels) - set(second.labels)))
+                    + " left between the two sums of the moments"
+                )
+            self._moments = [Moments(total, mean, np.maximum(second.sums["m2"], 0.0))]
         if self._moments is None:
             content = _json_record(
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
@@ -321,9 +404,13 @@ class FlowerGateways:
         return self._moments
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
+        n = std.mean.shape[0]
+        if self.secure:
+            out = self._secure_sum("gram", {"G": (n, n)}, std=_std_arrays(std))
+            G = out.sums["G"]
+            return 0.5 * (G + G.T), [self.declared[lab] for lab in out.labels]
         content = RecordDict({"std": to_array_record(**_std_arrays(std))})
         replies = self._ask(content, "query.gram", "gram", "the Gram matrices")
-        n = std.mean.shape[0]
 
         def gram_of(lab, rep):
             count = read_count(rep.content["count"]["count"])
@@ -358,10 +445,11 @@ class FlowerGateways:
             "rank": setup.rank,
             "rank_reason": setup.rank_reason,
         }
+        k_sketch = 0 if self.secure else setup.sketch_rank
         config = ConfigRecord(
             {
                 "json": json.dumps(settings),
-                "sketch-rank": setup.sketch_rank,
+                "sketch-rank": k_sketch,
                 # every gateway of a warm start settles its data side before round 1
                 "warm-start": int(start is not None),
             }
@@ -382,6 +470,10 @@ class FlowerGateways:
         if not setup.sketch_rank:
             return None
         n = std.mean.shape[0]
+        if self.secure:  # the merge needs sum_i B_i B_i^T only: one factor of it
+            out = self._secure_sum("sketch", {"BB": (n, n)}, query={"rank": setup.sketch_rank})
+            records.labels = list(self.roster.order)
+            return [factor(out.sums["BB"])]
 
         def sketch_of(lab, rep):
             B = np.asarray(arrays_of(rep.content["sketch"])["B"], dtype=float)
@@ -405,6 +497,7 @@ class FlowerGateways:
             max_misses=self.max_misses,
             records=self.records(),
             declared=self.declared,
+            secure=self,
         )
         return self._clients
 
@@ -428,6 +521,7 @@ class FlowerGateways:
             "stop_reason": res.stop_reason,
             "trim_history": outcome.trim_history,
             "lineage": outcome.lineage,  # the run's: every gateway's file records it
+            "secure_aggregation": self.secure,
         }
         content = RecordDict(
             {
@@ -462,7 +556,17 @@ class RemoteClients:
     """
 
     def __init__(
-        self, grid, gw: Roster, V0, *, timeout, min_clients, max_misses, records=None, declared=None
+        self,
+        grid,
+        gw: Roster,
+        V0,
+        *,
+        timeout,
+        min_clients,
+        max_misses,
+        records=None,
+        declared=None,
+        secure: FlowerGateways | None = None,
     ):
         self.grid, self.gw, self.V0 = grid, gw, V0
         self.declared = dict(declared or {})
@@ -475,6 +579,8 @@ class RemoteClients:
         self.misses = dict.fromkeys(gw.order, 0)
         self.initialised: set[str] = set()
         self.rnd = 0
+        # secure aggregation: each round is a secure sum of the gateways' round sums
+        self.secure = secure if secure is not None and secure.secure else None
 
     def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
         gw = self.gw
@@ -490,6 +596,10 @@ class RemoteClients:
             if lab not in self.initialised:
                 rd["init"] = to_array_record(V0=self.V0)
             contents[gw.node_of[lab]] = RecordDict(rd)
+        if self.secure is not None:
+            return secure_round(
+                self, targets, {gw.node_of[t]: contents[gw.node_of[t]] for t in targets}
+            )
         replies, failed, s_b, r_b = exchange(
             self.grid, contents, "train", str(self.rnd), self.timeout
         )
@@ -512,28 +622,8 @@ class RemoteClients:
         for i, why in sorted(out_of_scale(reports, counts).items(), reverse=True):
             failed[gw.node_of[answered[i]]] = f"invalid reply: {why}"
             del reports[i], answered[i]
-        self.initialised.update(targets)
-        for lab in targets:
-            if lab in answered:
-                self.misses[lab] = 0
-                continue
-            self.misses[lab] += 1
-            why = failed.get(gw.node_of[lab])
-            gw.failed[lab] = f"round {self.rnd}: {why}"
-            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
-            if self.misses[lab] >= self.max_misses:
-                self.active.remove(lab)
-                if self.records is not None and lab in self.records.labels:
-                    self.records.labels.remove(lab)
-        if len(reports) < self.min_clients:
-            log(
-                WARNING,
-                "fedep: round %d has %d replies < min-clients=%d; stopping",
-                self.rnd,
-                len(reports),
-                self.min_clients,
-            )
-            raise TooFewClients(f"round {self.rnd}: {len(reports)} valid replies")
+        self.account(targets, answered, {gw.label_of[n]: w for n, w in failed.items()})
+        rep = merge_reports(reports)
         rep = merge_reports(reports)
         rep.info = {
             "participants": answered,
@@ -542,6 +632,33 @@ class RemoteClients:
             "bytes_received": {gw.label_of[n]: b for n, b in r_b.items()},
         }
         return rep
+
+    def account(self, targets: list[str], answered: list[str], failed: dict[str, str]) -> None:
+        """Count the round's misses (a gateway missing ``max_misses`` rounds in a row
+        leaves the run); fewer than ``min_clients`` answers end it."""
+        gw = self.gw
+        self.initialised.update(targets)
+        for lab in targets:
+            if lab in answered:
+                self.misses[lab] = 0
+                continue
+            self.misses[lab] += 1
+            why = failed.get(lab)
+            gw.failed[lab] = f"round {self.rnd}: {why}"
+            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
+            if self.misses[lab] >= self.max_misses:
+                self.active.remove(lab)
+                if self.records is not None and lab in self.records.labels:
+                    self.records.labels.remove(lab)
+        if len(answered) < self.min_clients:
+            log(
+                WARNING,
+                "fedep: round %d has %d replies < min-clients=%d; stopping",
+                self.rnd,
+                len(answered),
+                self.min_clients,
+            )
+            raise TooFewClients(f"round {self.rnd}: {len(answered)} valid replies")
 
 
 class RemoteCounts:
