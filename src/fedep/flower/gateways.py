@@ -35,7 +35,6 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 
 from fedep._json import jsonable
-from fedep.core.cohort import check_start
 from fedep.core.fedep import RoundReport
 from fedep.core.stats import Moments
 from fedep.core.trimming import add_ppca_sums
@@ -46,7 +45,13 @@ from fedep.federation.rounds import TooFewClients
 from fedep.federation.server import merge_reports, out_of_scale, validate_report
 from fedep.flower.checks import check_gram, check_label, read_count, read_moments, read_summaries
 from fedep.flower.gateway_data import sort_labels
-from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.messages import (
+    arrays_of,
+    json_record,
+    round_report_from,
+    setup_contents,
+    to_array_record,
+)
 from fedep.flower.secagg import SECSUM, SecureSum, secure_sum
 from fedep.flower.secure_rounds import factor, secure_round
 from fedep.flower.transport import Roster, ask, exchange
@@ -65,22 +70,6 @@ def _width(rep: Message) -> int:
 def _moments_of(rep: Message) -> Moments:
     a = arrays_of(rep.content["moments"])
     return Moments(int(rep.content["count"]["count"]), a["mean"], a["m2"])
-
-
-def _json_record(key: str, data: dict) -> RecordDict:
-    return RecordDict({key: ConfigRecord({"json": json.dumps(jsonable(data))})})
-
-
-def _report_from(rep: Message) -> RoundReport:
-    a = arrays_of(rep.content["local"])
-    m = dict(rep.content["metrics"])
-    return RoundReport(
-        W=np.asarray(a["W"], dtype=float),
-        Pi=np.asarray(a["Pi"], dtype=float),
-        nu=np.asarray(a["nu"], dtype=float).reshape(-1),
-        metrics={k: np.array([float(v)]) for k, v in m.items()},
-        sketch=np.asarray(a["sketch"], dtype=float) if "sketch" in a else None,
-    )
 
 
 class FlowerGateways:
@@ -220,9 +209,9 @@ class FlowerGateways:
         refused naming the node; fewer than ``min_clients`` gateways left end the run, as
         does a run mixing raw tables with numeric sources.
         """
-        content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
+        content = RecordDict() if features != "auto" else json_record("features", {"mode": "auto"})
         if secure:  # the enrolment only: the moments come as a secure sum
-            content = _json_record("features", {"mode": "count", "auto": features == "auto"})
+            content = json_record("features", {"mode": "count", "auto": features == "auto"})
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
@@ -330,10 +319,8 @@ class FlowerGateways:
         and ``query.feature_moments`` (moments of the encoded features -> scaling).
         ``fitted`` (a warm start's): that pipeline, sent with the moments phase."""
         if self._moments is not None and fitted is not None:
-            raise RuntimeError(
-                "warm start: the model has a feature pipeline but the gateways hold "
-                "numeric records; give them raw tables"
-            )
+            msg = "the model has a feature pipeline but the gateways hold numeric records"
+            raise RuntimeError(f"warm start: {msg}; give them raw tables")
         if self._moments is not None or self.secure:
             return None
         if fitted is not None:
@@ -360,7 +347,7 @@ class FlowerGateways:
                 "was excluded: identifiers, addresses, timestamps, constants, free text ...)"
             )
         if pipe.scale_rule is not None:
-            content = _json_record("pipeline", pipe.to_dict())
+            content = json_record("pipeline", pipe.to_dict())
             replies = self._ask(
                 content, "query.feature_moments", "feature_moments", "the feature moments"
             )
@@ -395,7 +382,7 @@ class FlowerGateways:
                 )
             self._moments = [Moments(total, mean, np.maximum(second.sums["m2"], 0.0))]
         if self._moments is None:
-            content = _json_record(
+            content = json_record(
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
             )
             replies = self._ask(content, "query.moments", "moments", "the moments")
@@ -434,9 +421,7 @@ class FlowerGateways:
         """``train.setup``: the standardisation and the estimator's parameters to every
         gateway still in the run; each validates the estimator, drops its previous model
         state and replies its sketch when ``setup.sketch_rank`` > 0. With ``start`` (a
-        warm start), each gateway of the model gets its own carried state only
-        (``start`` record: ``W``, ``dual``, ``ssn``), checked here against the run's
-        dimensions before it is sent and again by the gateway."""
+        warm start), each gateway gets its own carried state only (``setup_contents``)."""
         records = self.records()
         self.roster.order = [lab for lab in self.roster.order if lab in records.labels]
         settings = {
@@ -446,25 +431,14 @@ class FlowerGateways:
             "rank_reason": setup.rank_reason,
         }
         k_sketch = 0 if self.secure else setup.sketch_rank
-        config = ConfigRecord(
-            {
-                "json": json.dumps(settings),
-                "sketch-rank": k_sketch,
-                # every gateway of a warm start settles its data side before round 1
-                "warm-start": int(start is not None),
-            }
-        )
+        # every gateway of a warm start settles its data side before round 1
+        warm = int(start is not None)
+        cfg = {"json": json.dumps(settings), "sketch-rank": k_sketch, "warm-start": warm}
+        config = ConfigRecord(cfg)
         content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
-        if start is not None:
+        if start is not None:  # each gateway its own carried state
             n = std.mean.shape[0]
-            per = {}
-            for lab in self.roster.order:
-                rd = RecordDict({"std": content["std"], "settings": config})
-                if start.get(lab) is not None:
-                    st = check_start(start[lab], n, setup.rank, f"gateway {lab}")
-                    rd["start"] = to_array_record(**st)
-                per[lab] = rd
-            content = per
+            content = setup_contents(content, start, self.roster.order, n, setup.rank)
         replies = self._ask(content, "train.setup", "setup", "the setup")
         records.labels = list(self.roster.order)
         if not setup.sketch_rank:
@@ -609,7 +583,7 @@ class RemoteClients:
             if nid not in replies:
                 continue
             try:
-                rep = _report_from(replies[nid])
+                rep = round_report_from(replies[nid])
                 validate_report(rep, self.n_features, self.r)
             except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
                 line = " ".join(str(exc).split())[:300] or type(exc).__name__
