@@ -125,13 +125,12 @@ def register(sub) -> None:
     p.add_argument(
         "--warm-start",
         metavar="MODEL",
-        help="refit MODEL on the new data, each gateway from its own state in MODEL "
-        "(sent to it alone), new ones from the global basis",
+        help="refit MODEL on new data, each gateway from its own state in MODEL",
     )
     p.add_argument(
         "--verify-key",
         metavar="KEY",
-        help="refuse an unsigned or altered --warm-start MODEL: Ed25519 public PEM or hmac:KEY",
+        help="refuse an unsigned or altered --warm-start MODEL",
     )
     g = p.add_argument_group("data")
     src = g.add_mutually_exclusive_group(required=True)

@@ -98,15 +98,12 @@ def register(sub) -> None:
     p.add_argument(
         "--warm-start",
         metavar="MODEL",
-        help="refit MODEL (a fedep fit model file) on new data: its features, scaling and "
-        "rank are kept, each of its gateways starts from its own state, new gateways from "
-        "the global basis; the new model names MODEL as its parent",
+        help="refit MODEL on new data from its own state",
     )
     p.add_argument(
         "--verify-key",
         metavar="KEY",
-        help="with --warm-start: refuse an unsigned or altered MODEL (Ed25519 public key "
-        "PEM file, or hmac:SECRET or @FILE)",
+        help="refuse an unsigned or altered --warm-start MODEL",
     )
     p.add_argument(
         "--quiet", action="store_true", help="print only the model file's path (no progress)"
