@@ -25,6 +25,10 @@ PROG = "fedep"
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("fedep.cli.fit", "train a detector on flow records and save it"),
     "score": ("fedep.cli.score", "score every row of a flow-record file"),
+    "watch": (
+        "fedep.cli.watch",
+        "follow live logs (Zeek, JSON lines) and write alerts as records are written",
+    ),
     "evaluate": ("fedep.cli.evaluate", "detection metrics of a model on labelled test data"),
     "federate": (
         "fedep.cli.federate",
@@ -33,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("fedep.cli.reproduce", "rerun the paper's experiments"),
     "models": ("fedep.cli.models", "a model's lineage; the drift between two models"),
     "data": ("fedep.cli.data", "check the dataset files; summarise a partition"),
+    "warmup": ("fedep.cli.warmup", "compile the numerical kernels now, not in the first fit"),
 }
 
 #: ``--method``'s values in words (``fit``, ``federate``).

@@ -58,6 +58,7 @@ from fedep.cli._common import (
     methods_text,
     positive_int,
 )
+from fedep.cli._federate_roles import add_role_options, check_local_only, run_role
 from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
 from fedep.data.readers import check_distinct_gateways, gateway_files
@@ -107,10 +108,17 @@ def register(sub) -> None:
     p = command_parser(
         sub,
         "federate",
-        usage="fedep federate (--dataset NAME --gateways N | --train PATH ...) [options]",
+        usage="fedep federate (--dataset NAME --gateways N | --train PATH ...) [options]\n"
+        "       fedep federate --role server --superlink HOST:PORT --certs DIR "
+        "--gateways N [--gateway-keys PUB ...] [options]\n"
+        "       fedep federate --role gateway --superlink HOST:PORT --certs DIR "
+        "--node-key KEY --train FILE [--once]\n"
+        "       fedep federate --role keys --certs DIR --server-name HOST | "
+        "--node-key KEY",
         description="Start a Flower SuperLink and one SuperNode per gateway on 127.0.0.1, "
-        "run the federation,\nwrite each gateway's model and stop every process.\n\n"
-        + methods_text(methods),
+        "run the federation,\nwrite each gateway's model and stop every process; or, "
+        "with --role, one machine's part\nof a federation across machines "
+        "(docs/deployment.md).\n\n" + methods_text(methods),
         epilog="example:\n  fedep federate --dataset nsl-kdd --gateways 3 --max-rows 3000 "
         "--out runs/flower\nExit status: 0 when every gateway took part to the end; 1 for a "
         "bad value or a failed\nrun or gateway; 130 when interrupted (every process is "
@@ -133,7 +141,7 @@ def register(sub) -> None:
         help="refuse an unsigned or altered --warm-start MODEL",
     )
     g = p.add_argument_group("data")
-    src = g.add_mutually_exclusive_group(required=True)
+    src = g.add_mutually_exclusive_group()
     src.add_argument(
         "--dataset",
         type=dataset_name,
@@ -204,6 +212,13 @@ def register(sub) -> None:
         "(3 gateways or more; see docs/privacy.md)",
     )
     f.add_argument(
+        "--isolation",
+        choices=["process", "subprocess"],
+        default="process",
+        help="how a SuperNode runs its gateway's messages: process (default: one "
+        "long-running fedep executor), subprocess (Flower's: a process per message)",
+    )
+    f.add_argument(
         "--overwrite",
         action="store_true",
         help="remove an earlier run's result.json and gateway-*.fedep from --out",
@@ -213,6 +228,7 @@ def register(sub) -> None:
         action="store_true",
         help="exit 0 even when some gateways failed (listed in result.json)",
     )
+    add_role_options(p)
     add_estimator_options(p, pipeline_table(), federated_param_table())
     p.set_defaults(func=cmd_federate)
 
@@ -411,6 +427,11 @@ def cmd_federate(args) -> int:
     missing = missing_flower()  # before plan(): a refusal leaves no --out folder behind
     if missing is not None:
         raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
+    if args.role != "local":
+        return run_role(args, _run_settings, output_folder, _print_result, _gateway_sources)
+    check_local_only(args)
+    if args.train is None and args.dataset is None:
+        raise UsageError("give --dataset NAME --gateways N, or --train PATH ...")
     fed = plan(args)
     # on stderr, flushed: with stdout redirected a run of minutes is not silent
     info(
@@ -419,7 +440,10 @@ def cmd_federate(args) -> int:
     )
     try:
         outcome = run_local_federation(
-            fed, poll_interval=args.poll_interval or None, timeout=args.timeout
+            fed,
+            poll_interval=args.poll_interval or None,
+            timeout=args.timeout,
+            isolation=args.isolation,
         )
     except Interrupted as exc:
         name = signal.Signals(exc.signum).name

@@ -616,7 +616,9 @@ class BaseFederatedDetector(BaseEstimator):
         pipe = getattr(self, "features_", None)
         if pipe is None:
             X = validate_data(self, X, dtype=np.float64, reset=False)
-            return (X - self.mean_) / self.scale_
+            Z = np.subtract(X, self.mean_)
+            Z /= self.scale_  # in place: one n x d temporary, not two
+            return Z
         import pandas as pd
 
         if not isinstance(X, pd.DataFrame):

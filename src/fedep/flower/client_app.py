@@ -1,9 +1,11 @@
 """The gateway side: a Flower ClientApp holding a FedEP/FedPG cohort of one client.
 
 Flower 1.42 runs each message in a fresh ``flwr-clientapp`` process (subprocess
-isolation), so the gateway's personalised state (records, ``W_i``, ``S_i``, ``U_i``,
-duals, Gram matrix) lives in ``context.state``, which the SuperNode keeps on the
-gateway between messages of a run and never sends to the SuperLink.
+isolation), or, under ``fedep federate``, in one long-running executor per gateway
+(:mod:`fedep.flower.executor`); either way the gateway's personalised state (records,
+``W_i``, ``S_i``, ``U_i``, duals, Gram matrix) lives in ``context.state``, which the
+SuperNode keeps on the gateway between messages of a run and never sends to the
+SuperLink.
 
 Imports are at module level. An import inside a function body is there only where
 start-up time needs it, with a comment saying so, never to hide an import circle. Here:
