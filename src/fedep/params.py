@@ -68,7 +68,10 @@ __all__ = [
 ]
 
 #: Parameters that are not data: they never appear on a text surface.
-_NOT_ON_SURFACES = frozenset({"callback"})
+#: ``warm_start`` refits the fitted state of a Python object; the command line's
+#: ``--warm-start MODEL`` loads that state from a model file (hand-written in
+#: ``fedep fit`` / ``fedep federate``), so no text surface takes it as a flag.
+_NOT_ON_SURFACES = frozenset({"callback", "warm_start"})
 
 
 def option_name(name: str) -> str:

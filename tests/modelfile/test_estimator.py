@@ -11,7 +11,7 @@ import pytest
 import fedep
 from fedep import FedEP, FedPG, LocalPCA, OneShotPCA, PooledPCA
 from fedep.data import make_federated_data
-from fedep.detectors import FITTED_ARRAYS
+from fedep.detectors import FITTED_ARRAYS, STATE_ARRAYS
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
 
 ALL = [FedEP, FedPG, PooledPCA, LocalPCA, OneShotPCA]
@@ -48,9 +48,14 @@ def test_round_trip_is_exact(cls, data, tmp_path):
     if cls in (FedEP, FedPG):
         assert back.history_ == json.loads(json.dumps(det.history_))
         assert back.n_iter_ == det.n_iter_ == 5
+    state = [a for a in STATE_ARRAYS if hasattr(det, a)]
+    assert len(state) == {FedEP: 3, FedPG: 2}.get(cls, 0)
+    for name in state:
+        np.testing.assert_array_equal(getattr(back, name), getattr(det, name), err_msg=name)
+    assert back.lineage_ == det.lineage_
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
-    assert names == {"__meta__.json", *(f"{a}.npy" for a in FITTED_ARRAYS)}
+    assert names == {"__meta__.json", *(f"{a}.npy" for a in (*FITTED_ARRAYS, *state))}
 
 
 def test_feature_names_and_string_clients_survive(data, tmp_path):

@@ -19,6 +19,8 @@ Commands::
     fedep federate  (--dataset NAME --gateways N | --train PATH [PATH ...]) [--max-rows N]
                     [--method M] [estimator options] [--out DIR] [--overwrite]
                     [--allow-failures]   (Flower on this machine: 1 SuperLink + N SuperNodes)
+    fedep models    show MODEL | diff A B   [--verify-key KEY] [--json]
+                    (lineage; drift between two models: docs/lineage.md)
     fedep reproduce --out DIR [--quick] [--data-dir DIR] [--datasets ...] [--seeds ...]
     fedep data verify  [--data-dir DIR]
     fedep data summary (--dataset NAME | --train PATH) --clients D --partition P
@@ -26,10 +28,11 @@ Commands::
     fedep --version
 
 One module per command (:mod:`~fedep.cli.fit`, :mod:`~fedep.cli.score`,
-:mod:`~fedep.cli.evaluate`, :mod:`~fedep.cli.federate`, :mod:`~fedep.cli.reproduce`,
-:mod:`~fedep.cli.data`, :mod:`~fedep.cli.watch`); they only parse arguments, move data
-between files and the library and print (``federate``'s processes are run by
-:mod:`fedep.flower.deployment`; ``watch``'s loop is :class:`fedep.live.Watcher`). The
+:mod:`~fedep.cli.evaluate`, :mod:`~fedep.cli.federate`, :mod:`~fedep.cli.models`,
+:mod:`~fedep.cli.reproduce`, :mod:`~fedep.cli.data`, :mod:`~fedep.cli.watch`); they only
+parse arguments, move data between files and the library and print (``federate``'s
+processes are run by :mod:`fedep.flower.deployment`; ``watch``'s loop is
+:class:`fedep.live.Watcher`). The
 estimator options of ``fit`` are generated from the estimators (:mod:`fedep.params`),
 CSV streaming lives in :mod:`fedep.data.stream`, evaluation in
 :mod:`fedep.evaluation.evaluate`.

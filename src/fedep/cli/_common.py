@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the federation over Flower on this machine (one process per gateway)",
     ),
     "reproduce": ("fedep.cli.reproduce", "rerun the paper's experiments"),
+    "models": ("fedep.cli.models", "a model's lineage; the drift between two models"),
     "data": ("fedep.cli.data", "check the dataset files; summarise a partition"),
     "warmup": ("fedep.cli.warmup", "compile the numerical kernels now, not in the first fit"),
 }

@@ -54,6 +54,7 @@ from fedep.cli._common import (
     err,
     finite_float,
     info,
+    load_model,
     methods_text,
     positive_int,
 )
@@ -131,6 +132,16 @@ def register(sub) -> None:
         help="output folder: gateway models, logs, result.json (default: a new temporary folder)",
     )
     add_method_option(p, methods)
+    p.add_argument(
+        "--warm-start",
+        metavar="MODEL",
+        help="refit MODEL on new data, each gateway from its own state in MODEL",
+    )
+    p.add_argument(
+        "--verify-key",
+        metavar="KEY",
+        help="refuse an unsigned or altered --warm-start MODEL",
+    )
     g = p.add_argument_group("data")
     src = g.add_mutually_exclusive_group()
     src.add_argument(
@@ -365,9 +376,31 @@ def plan(args: argparse.Namespace) -> FederationPlan:
     out = output_folder(args.out, args.overwrite)
     nodes = gateway_node_configs(out, **sources)
     rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
+    rc.update(_warm_start_config(args))
     if args.secure_aggregation:
         rc["secure-aggregation"] = True
     return FederationPlan(nodes, rc, out)
+
+
+def _warm_start_config(args: argparse.Namespace) -> dict:
+    """The run-config keys of ``--warm-start`` / ``--verify-key``: the model is loaded
+    (and its signature checked) here, before any process starts, and its path made
+    absolute (the ServerApp runs in the output folder)."""
+    if args.warm_start is None:
+        if args.verify_key is not None:
+            raise UsageError("--verify-key checks the --warm-start model: give --warm-start")
+        return {}
+    model = load_model(args.warm_start, args.verify_key)
+    want = type(make_estimator(args.method))
+    if type(model) is not want:
+        raise UsageError(
+            f"--warm-start: {args.warm_start} is a {type(model).__name__} model, --method "
+            f"{args.method} fits {want.__name__}"
+        )
+    return {
+        "warm-start": str(Path(args.warm_start).expanduser().resolve()),
+        "warm-start-verify-key": args.verify_key or "",
+    }
 
 
 # ---------------------------------------------------------------------- printing

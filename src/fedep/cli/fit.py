@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -39,6 +40,7 @@ import fedep
 from fedep._progress import RoundProgress
 from fedep.cli._common import (
     DEFAULT_PARTITION_SEED,
+    UsageError,
     add_clients,
     add_data_source,
     add_estimator_options,
@@ -46,6 +48,7 @@ from fedep.cli._common import (
     check_output_file,
     command_parser,
     info,
+    load_model,
     methods_text,
 )
 from fedep.cli.training import load_training, numeric_columns
@@ -99,6 +102,16 @@ def register(sub) -> None:
         "hmac:SECRET or @FILE",
     )
     p.add_argument(
+        "--warm-start",
+        metavar="MODEL",
+        help="refit MODEL on new data from its own state",
+    )
+    p.add_argument(
+        "--verify-key",
+        metavar="KEY",
+        help="refuse an unsigned or altered --warm-start MODEL",
+    )
+    p.add_argument(
         "--quiet", action="store_true", help="print only the model file's path (no progress)"
     )
     add_data_source(p)
@@ -137,6 +150,32 @@ def build_estimator(args: argparse.Namespace):
     return det
 
 
+def warm_estimator(args: argparse.Namespace):
+    """The model of ``--warm-start`` (verified with ``--verify-key``), with the estimator
+    options given and ``warm_start=True``.
+
+    Raises
+    ------
+    UsageError
+        Feature-pipeline options (the model's pipeline is kept), or a model of another
+        method than ``--method``.
+    """
+    if pipeline_overrides(args):
+        raise UsageError(
+            "--warm-start keeps the model's feature pipeline: drop the pipeline options"
+        )
+    det = load_model(args.warm_start, args.verify_key)
+    want = type(make_estimator(args.method))
+    if type(det) is not want:
+        raise UsageError(
+            f"--warm-start: {args.warm_start} is a {type(det).__name__} model, --method "
+            f"{args.method} fits {want.__name__}"
+        )
+    det.set_params(**params_from_args(args, detector_param_table()), warm_start=True)
+    validate_params(det)
+    return det
+
+
 def pipeline_overrides(args: argparse.Namespace) -> dict:
     """The FeaturePipeline parameters given on the command line."""
     return params_from_args(args, pipeline_table())
@@ -160,7 +199,10 @@ def partition_seed(det) -> int:
 def cmd_fit(args) -> int:
     out = check_output_file(args.out, "--out", {"--train": list(args.table or [])})
     key = parse_key(args.sign_key)  # a missing key file is found before training
-    det = build_estimator(args)  # before any data is read
+    if args.verify_key is not None and args.warm_start is None:
+        raise UsageError("--verify-key checks the --warm-start model: give --warm-start")
+    # before any data is read
+    det = build_estimator(args) if args.warm_start is None else warm_estimator(args)
     t0 = time.perf_counter()
     data = load_training(args, args.protocol, seed=partition_seed(det))
     trust_kw, trust_lines = trust_inputs(args, data, partition_seed(det))
@@ -210,6 +252,12 @@ def cmd_fit(args) -> int:
             progress.close()
             det.set_params(callback=None)
     t_fit = time.perf_counter() - t1
+    if data.files is not None and data.bounds is not None:
+        # the data window: the files and their rows (a time column adds first/last ts)
+        rows = np.diff(data.bounds).tolist()
+        det.lineage_["window"]["files"] = [
+            {"name": Path(f).name, "rows": int(n)} for f, n in zip(data.files, rows, strict=True)
+        ]
     fedep.save(det, out, sign_key=key)
     if args.quiet:  # the one line: the model file, e.g. for MODEL=$(fedep fit ... --quiet)
         print(out)
@@ -220,6 +268,8 @@ def cmd_fit(args) -> int:
         print(f"feature pipeline: {n_cols} columns -> {n_out} features")
         print(format_decisions(pipe.decisions_))
     print(f"rank {det.n_components_} ({det.rank_reason_})")
+    if det.lineage_.get("parent"):
+        print(f"warm start from model {det.lineage_['parent']} ({args.warm_start})")
     if det.n_trim_steps_:
         print(describe_trimming(det.trim_history_, n_rows))
     for line in describe_trust(det):

@@ -298,6 +298,26 @@ class FedEPCohort:
                 targets[f"U.{j}"], targets[f"A.{j}"] = g.U, g.A
         _copy_state(targets, state)
 
+    @_single_threaded_blas
+    def settle_data(self, steps: int) -> None:
+        """``steps`` data steps (S, U and their dual; steps 3-5 of a round) of every
+        client at its current ``W_i``, with no message: a warm start's local start.
+
+        A warm start carries ``W_i`` and the duals of the consensus, not ``S_i``, whose
+        records are gone; on new records the data side starts at ``S = 0``, ``U = X``,
+        so its first rounds would move the augmented Lagrangian (and hold the stopping
+        test open) while ``S`` forms. These steps take it near its fixed point for the
+        carried bases first (the ``G_i``, and so their top eigenvalue, follow).
+        """
+        if not self.settings.use_sparse or steps <= 0:
+            return
+        idx = np.arange(self.d)
+        for _ in range(int(steps)):
+            self._data_step(idx)
+        evals, evecs = np.linalg.eigh(self.G)
+        self.lmax = np.maximum(evals[:, -1], 1e-12)
+        self._top = evecs[:, :, -1].copy()
+
     def corruption(self) -> list[np.ndarray]:
         """The sparse corruption ``S_i`` of every client, unpadded, in client order.
 

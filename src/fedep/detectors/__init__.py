@@ -23,6 +23,7 @@ By name (:mod:`fedep.detectors.registry`): :data:`DETECTORS` (class name -> clas
 from fedep.detectors.base import (
     ABLATION_CASES,
     FITTED_ARRAYS,
+    STATE_ARRAYS,
     BaseFederatedDetector,
 )
 from fedep.detectors.baselines import LocalPCA, OneShotPCA, PooledPCA
@@ -49,4 +50,5 @@ __all__ = [
     "OneShotPCA",
     "ABLATION_CASES",
     "FITTED_ARRAYS",
+    "STATE_ARRAYS",
 ]

@@ -35,9 +35,11 @@ from fedep.core.trimming import (
     log_scores,
 )
 from fedep.data.readers.frames import release_arrow_memory
-from fedep.detectors.driver import check_rank, fit_gateways
+from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
+from fedep.detectors.lineage import data_window
 from fedep.detectors.trust import describe as describe_trust
 from fedep.detectors.trust import share_estimator, trusted_blocks
+from fedep.detectors.warm import warm_input, warm_start
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways
 from fedep.federation.privacy import PrivateGateways, check_private, is_private
@@ -63,6 +65,10 @@ FITTED_ARRAYS = (
     "client_thresholds_",
 )
 
+#: Fitted arrays a model file holds when the fit had them (the rounds' personalised
+#: state that a warm start carries; files written before them load without).
+STATE_ARRAYS = ("consensus_", "client_duals_", "client_multipliers_")
+
 _POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
 _COMMON_CONSTRAINTS: dict = {
     "n_components": [StrOptions({"auto"}), *_POSITIVE_INT],
@@ -80,6 +86,7 @@ _FEDERATION_CONSTRAINTS: dict = {
     "tol": [Interval(Real, 0.0, None, closed="left")],
     "client_fraction": [Interval(Real, 0.0, 1.0, closed="right")],
     "init": [StrOptions({"random", "oneshot"})],
+    "warm_start": ["boolean"],
     "callback": [callable, None],
 }
 
@@ -101,6 +108,7 @@ _FEDERATION_SUMMARIES: dict = {
     "tol": "stop when the objective's relative change per round is below",
     "client_fraction": "share of the clients in each round",
     "init": "start basis: oneshot = merged client SVDs, or random",
+    "warm_start": "refit a fitted model from its own state (the CLI takes the model file)",
     "penalty_scaling": "relative: penalties scaled to each client; paper: literal",
     "consensus_weights": "clients' weights: auto, curvature, samples or uniform",
     "aggregation": "server step: mean; median or trimmed resist bad gateways",
@@ -228,7 +236,12 @@ class BaseFederatedDetector(BaseEstimator):
         self
         """
         self._validate_params()
-        X, pipe, names_in = self._fit_input(X, groups)
+        start = self.warm_start_state()
+        window = data_window(X)
+        if start is None:
+            X, pipe, names_in = self._fit_input(X, groups)
+        else:
+            X, pipe, names_in = self._warm_input(X, groups)
         if groups is None and self.warns_one_client and X.shape[0] > 1:
             warnings.warn(
                 f"no groups given: all {X.shape[0]} rows form one client (pass "
@@ -253,7 +266,7 @@ class BaseFederatedDetector(BaseEstimator):
         )
         gateways = self._local_gateways(labels, blocks, pipe, names, ref, attack, benign)
         t0 = time.perf_counter()
-        out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))
+        out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None), start=start)
         self.fit_time_ = time.perf_counter() - t0
         if getattr(self, "dp_epsilon", None) is not None:  # the privacy spent
             private = isinstance(gateways, PrivateGateways)
@@ -272,8 +285,36 @@ class BaseFederatedDetector(BaseEstimator):
             rank_reason=out.rank_reason,
         )
         self.feedback_["excluded"] = 0 if out.feedback is None else out.feedback["excluded"]
+        self.set_client_states(out.client_states)
         self.fit_thresholds(None, gateways.standardized(out.std), order, trust=out.trust)
+        self.lineage_ = {**out.lineage, "window": window}  # the window of X (its ts)
+        self.__dict__.pop("file_sha256_", None)  # this fit is no file's content
         return self
+
+    def warm_start_state(self) -> WarmStart | None:
+        """What ``warm_start=True`` refits from (:func:`fedep.detectors.warm.warm_start`):
+        this detector's fitted state, else None (a cold fit)."""
+        return warm_start(self)
+
+    def _warm_input(self, X, groups):
+        """``X`` for a warm start (:func:`fedep.detectors.warm.warm_input`)."""
+        if groups is not None:
+            _check_groups(groups, np.shape(X)[0])
+        return warm_input(self, X)
+
+    def set_client_states(self, states: dict | None) -> None:
+        """The rounds' personalised state (``states``: ``W``, ``dual``, ``ssn`` stacked
+        over ``clients_``; :func:`fedep.core.cohort.client_states`) as the fitted
+        ``client_duals_`` (n_clients, n_components, n_features), like
+        ``client_components_``, and ``client_multipliers_`` (n_clients, n_components,
+        n_components); None removes them (a closed form, or a Flower server)."""
+        for k in ("client_duals_", "client_multipliers_"):
+            self.__dict__.pop(k, None)
+        if states is None:
+            return
+        self.client_duals_ = np.swapaxes(np.asarray(states["dual"], dtype=float), 1, 2)
+        if "ssn" in states:
+            self.client_multipliers_ = np.asarray(states["ssn"], dtype=float)
 
     def _local_gateways(
         self, labels, blocks, pipe, names, reference=None, attack=None, benign=None
@@ -314,7 +355,7 @@ class BaseFederatedDetector(BaseEstimator):
             feature_names=names,
         )
 
-    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
+    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None):
         """The fit on the gateways' kept records, standardised by ``std`` (hook of
         :func:`~fedep.detectors.driver.fit_gateways`).
 

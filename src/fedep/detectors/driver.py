@@ -14,6 +14,12 @@
    baseline);
 6. the finish (``Gateways.finalize``).
 
+A warm start (:class:`WarmStart`, a previous model) replaces steps 1-3 by the
+model's own feature pipeline, standardisation and rank, and starts step 5 at its
+consensus, each gateway at its own carried state (new gateways at the consensus),
+without the one-shot sketches (re-merges, when the estimator makes them, test whether
+the data moved: see ``_FederatedMixin._fit_kept``).
+
 ``BaseFederatedDetector.fit`` calls it over :class:`~fedep.federation.gateways.LocalGateways`,
 the Flower ServerApp over its own transport (``fedep.flower.gateways.FlowerGateways``):
 one sequence, so both give the same model (tested). A new phase is one step here plus
@@ -30,11 +36,13 @@ import numpy as np
 from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
 from fedep.detectors import trust as trusted
+from fedep.detectors.lineage import new_lineage
 from fedep.federation.gateways import Gateways, Standardization
 from fedep.federation.rounds import FederationResult
 
 __all__ = [
     "FitOutcome",
+    "WarmStart",
     "check_rank",
     "choose_gateway_rank",
     "fit_gateways",
@@ -74,6 +82,13 @@ class FitOutcome:
     feedback : dict or None
         The confirmed attacks and the records they excluded, summed over the gateways
         (None without confirmed attacks).
+    client_states : dict of str -> ndarray or None
+        The personalised states after the rounds (``W``, ``dual``, ``ssn`` stacked in
+        ``labels`` order; :func:`fedep.core.cohort.client_states`), what a later warm
+        start carries; None where they stay on the gateways or for a closed form.
+    lineage : dict
+        The new model's lineage (:func:`fedep.detectors.lineage.new_lineage`: a fresh
+        id, the warm start's model as parent, the rows and the gateways).
     """
 
     std: Standardization
@@ -88,6 +103,39 @@ class FitOutcome:
     finalized: list = field(default_factory=list)
     trust: dict | None = None
     feedback: dict | None = None
+    client_states: dict | None = None
+    lineage: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """A previous model to refit from (:func:`fit_gateways` ``start``).
+
+    Attributes
+    ----------
+    std : Standardization
+        The model's standardisation (kept: the carried bases are in its units).
+    rank : int
+    V : ndarray of shape (n_features, rank)
+        The consensus the rounds start at.
+    states : dict
+        Gateway label -> its carried state (:data:`fedep.core.cohort.START_KEYS`);
+        a gateway absent from it (new to the federation) starts at ``V``.
+    features : FeaturePipeline or None
+        The model's fitted feature pipeline (kept, not refitted).
+    parent : dict or None
+        The model's ``lineage_`` (the new model's parent).
+    parent_sha256 : str or None
+        The integrity digest of the model's file, when it was loaded from one.
+    """
+
+    std: Standardization
+    rank: int
+    V: np.ndarray
+    states: dict
+    features: object = None
+    parent: dict | None = None
+    parent_sha256: str | None = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:
@@ -138,6 +186,7 @@ def fit_gateways(
     *,
     on_round: Callable[[int, np.ndarray, dict], None] | None = None,
     warn: bool = True,
+    start: WarmStart | None = None,
 ) -> FitOutcome:
     """Fit ``est``'s model over ``gateways``: every phase, in order.
 
@@ -154,32 +203,55 @@ def fit_gateways(
         ``on_round(round, V, record)`` after each round.
     warn : bool, default=True
         Warn (``ConvergenceWarning``) when the rounds stop before ``tol``.
+    start : WarmStart, optional
+        Refit from a previous model (see the module docstring); the first fit on the
+        kept records starts there, record trimming's refits as usual.
 
     Returns
     -------
     FitOutcome
     """
-    pipe = gateways.features()
-    std = standardization(
-        combine_moments(gateways.moments()), pipeline=pipe, standardize=bool(est.standardize)
-    )
-    check_rank(est.n_components, std.mean.shape[0])
-    est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+    if start is None:
+        pipe = gateways.features()
+        moments = gateways.moments()
+        std = standardization(
+            combine_moments(moments), pipeline=pipe, standardize=bool(est.standardize)
+        )
+        check_rank(est.n_components, std.mean.shape[0])
+        est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+    else:
+        pipe = gateways.features(start.features)
+        n = start.std.mean.shape[0]
+        moments = gateways.moments()
+        widths = {m.mean.shape[0] for m in moments}
+        if widths != {n}:
+            raise ValueError(
+                f"warm start: the gateways' records have {sorted(widths)} features, the "
+                f"model {n}; a warm start needs the model's features"
+            )
+        std = start.std
+        est.n_components_ = int(start.rank)
+        est.rank_reason_ = f"r={start.rank}: the rank of the warm-start model"
     rng = np.random.default_rng(est.random_state)
+    first = [start]
 
     def fit_kept(mean, scale, V, same):
         kept_std = Standardization(mean, scale, std.constant)
         # Set before the rounds, so that a callback can score with them.
         est.mean_, est.scale_, est.constant_features_ = mean, scale, std.constant
         V0 = V if est._warm_start(V, same) else None
+        warm, first[0] = first[0], None  # the carried state: the first fit only
+        if warm is not None:
+            V0 = warm.V
         V, client_bases, res = est._fit_kept(
-            gateways, kept_std, V0, rng, on_round=on_round, warn=warn
-        )
-        return V, (client_bases, res, kept_std)
+            gateways, kept_std, V0, rng, on_round=on_round, warn=warn,
+            start=None if warm is None else warm.states,
+        )  # fmt: skip
+        return V, (client_bases, res, kept_std, gateways.client_states())
 
     records = gateways.records()
     trust = trusted.plan(est, records, std)
-    _, _, V, (client_bases, res, final_std) = est._trimmed_fit(
+    _, _, V, (client_bases, res, final_std, states) = est._trimmed_fit(
         records, fit_kept, std.mean, std.scale, trust=trust
     )
     est.trust_ = trusted.finish(est, records, trust, final_std.mean, final_std.scale, V)
@@ -195,6 +267,15 @@ def fit_gateways(
         labels=list(gateways.labels),
         trust=est.trust_,
         feedback=trust.feedback,
+        client_states=states,
+    )
+    counts = [int(m.count) for m in moments]
+    outcome.lineage = new_lineage(
+        None if start is None else start.parent,
+        outcome.labels,
+        {"rows": sum(counts)},
+        parent_sha256=None if start is None else start.parent_sha256,
+        sizes=counts if len(counts) == len(outcome.labels) else None,
     )
     outcome.finalized = gateways.finalize(outcome)
     return outcome

@@ -64,13 +64,18 @@ class _FederatedMixin:
         """Whether the round loop starts with re-merges (FedEP with ``S``)."""
         return False
 
-    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
+    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None):
         """Setup and rounds on the gateways' kept records (the driver's fit step).
 
         Every gateway takes the standardisation ``std`` and these parameters (and
         replies its one-shot sketch unless the fit is warm, ``V0`` given, or
         ``init="random"``); the round loop then runs from ``V0``, the merge of the
-        sketches or a random basis.
+        sketches or a random basis. ``start`` (a warm start from a model: label ->
+        carried state) starts each gateway at its own state, from the model's
+        consensus; re-merges run as usual and are the warm start's drift test: while
+        the merge of the new cleaned records is within ``sqrt(tol)`` of the carried
+        consensus (the same data) nothing restarts and the carried state goes on;
+        farther (the data moved), the ADMM restarts at the merge, as a cold fit's does.
         """
         r = self._rank()
         sketch_rank = r if V0 is None and self.init == "oneshot" else 0
@@ -82,7 +87,10 @@ class _FederatedMixin:
             rank_reason=self.rank_reason_,
             sketch_rank=sketch_rank,
         )
-        sketches = gateways.setup(std, setup)
+        if start is None:
+            sketches = gateways.setup(std, setup)
+        else:
+            sketches = gateways.setup(std, setup, start)
         if V0 is None:
             n = std.mean.shape[0]
             V0 = oneshot_merge(sketches, r) if sketch_rank else random_stiefel(n, r, rng)
@@ -191,6 +199,19 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         by damped steps (TON-IoT: held-out ROC AUC settled after 16 rounds; 2 with
         re-merges). False: the paper's ADMM from the start (see
         :func:`fedep.federation.rounds.run_rounds`).
+    warm_start : bool, default=False
+        As scikit-learn's: when fitted (by ``fit`` or loaded from a model file), the
+        next ``fit`` refits from this model on its new records: the model's feature
+        pipeline, standardisation and rank are kept, every gateway of the model starts
+        from its own personalised state (``W_i``, its consensus dual and SSN
+        multiplier: ``client_components_``, ``client_duals_``,
+        ``client_multipliers_``), a new gateway from the consensus, with no one-shot
+        sketch; ``S_i`` settles on the new records by local data steps first. With
+        ``remerge``, a first re-merge farther than ``sqrt(tol)`` from the carried
+        consensus (the data moved) restarts the ADMM there, as in a cold fit. ``lineage_``
+        names the model refitted as the parent. Refused (one line) for new records of
+        other features or an integer ``n_components`` other than the model's rank.
+        ``fedep fit --warm-start MODEL`` is this with the model file.
     features : {"auto", "numeric"} or FeaturePipeline, default="auto"
         How a pandas DataFrame becomes model features. ``"auto"`` fits a
         :class:`~fedep.features.FeaturePipeline` per gateway without pooling rows
@@ -303,6 +324,16 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         Per-round objective, augmented Lagrangian, residuals, iterations, time.
     n_iter_ : int
         Rounds run.
+    consensus_ : ndarray of shape (n_features, n_components)
+        The final consensus ``V`` (not orthonormalised).
+    client_duals_ : ndarray of shape (n_clients, n_components, n_features)
+        Each gateway's consensus dual ``Pi_i^T`` (FedPG: ``Y_i^T``), beside
+        ``client_components_``; with ``client_multipliers_`` (n_clients,
+        n_components, n_components), FedEP's SSN multipliers: what a warm start carries.
+    lineage_ : dict
+        ``id``, ``parent`` (the warm start's model), ``parent_sha256``, ``window``
+        (rows; first and last time of a ``ts`` column) and ``gateways``
+        (:func:`fedep.detectors.lineage.new_lineage`).
     stop_reason_ : str
         What stopped the fit: ``"lagrangian_stationary"`` (``tol`` met),
         ``"max_rounds"`` (the cap; a ``ConvergenceWarning`` names the stopping
@@ -369,6 +400,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         client_fraction=1.0,
         init="oneshot",
         remerge=True,
+        warm_start=False,
         features="auto",
         standardize=True,
         contamination=0.05,
@@ -397,6 +429,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.client_fraction = client_fraction
         self.init = init
         self.remerge = remerge
+        self.warm_start = warm_start
         self.features = features
         self.standardize = standardize
         self.contamination = contamination
@@ -483,8 +516,8 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         records' energy ``sum_i ||X_i||_F^2``: the share of the energy that the
         bases explain has settled (``objective_change``,
         :func:`fedep.federation.rounds.converged`).
-    n_rounds, client_fraction, init, standardize, contamination, trim_steps, trim_share,
-        trim_start
+    n_rounds, client_fraction, init, warm_start, standardize, contamination, trim_steps,
+        trim_share, trim_start
         As in :class:`FedEP`.
     random_state, callback
         As in :class:`FedEP`.
@@ -534,6 +567,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         tol=1e-5,
         client_fraction=1.0,
         init="oneshot",
+        warm_start=False,
         features="auto",
         standardize=True,
         contamination=0.05,
@@ -556,6 +590,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.tol = tol
         self.client_fraction = client_fraction
         self.init = init
+        self.warm_start = warm_start
         self.features = features
         self.standardize = standardize
         self.contamination = contamination

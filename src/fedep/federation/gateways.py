@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fedep.core.baselines import client_sketch
-from fedep.core.cohort import make_cohort
+from fedep.core.cohort import client_states, make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import Moments, client_moments, combine_moments
 from fedep.core.trimming import LocalRecords, TrimRecords
@@ -85,11 +85,12 @@ class Gateways(Protocol):
 
     labels: list
 
-    def features(self):
+    def features(self, fitted=None):
         """The fitted :class:`~fedep.features.FeaturePipeline` of gateways holding raw
         tables (column summaries -> decisions, moments of the encoded features ->
         scaling), after which their records are its outputs; None when they hold
-        numeric records."""
+        numeric records. ``fitted`` (a warm start): that pipeline, fitted before, is
+        the run's; nothing is summarised."""
 
     def moments(self) -> list[Moments]:
         """Each gateway's per-feature moments (count, mean, m2) of its records."""
@@ -101,10 +102,16 @@ class Gateways(Protocol):
     def records(self) -> TrimRecords:
         """Record trimming's view of the gateways (count and sum queries only)."""
 
-    def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
+    def setup(
+        self, std: Standardization, setup: GatewaySetup, start: dict | None = None
+    ) -> list[np.ndarray] | None:
         """Start a fit on the kept records: every gateway takes ``std`` and ``setup``,
         and drops any model state of an earlier fit. Returns the gateways' one-shot
-        sketches (``setup.sketch_rank`` > 0), else None."""
+        sketches (``setup.sketch_rank`` > 0), else None.
+
+        ``start`` (a warm start): label -> that gateway's carried state
+        (:data:`fedep.core.cohort.START_KEYS`); each gateway gets its own only, and
+        starts its rounds there (a gateway without one starts at the consensus)."""
 
     def round_clients(self, V0: np.ndarray) -> RoundClients:
         """The gateways as the round loop sees them, starting at ``V0`` (n, r)."""
@@ -112,6 +119,12 @@ class Gateways(Protocol):
     def client_bases(self) -> np.ndarray | None:
         """The personalised bases ``W_i`` (d, n, r) after the rounds, or None where
         they stay on the gateways."""
+
+    def client_states(self) -> dict[str, np.ndarray] | None:
+        """Every gateway's personalised state after the rounds
+        (:func:`fedep.core.cohort.client_states`: ``W``, ``dual``, ``ssn``, stacked in
+        label order), what a later warm start carries; None where it stays on the
+        gateways."""
 
     def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
         """The kept standardised records themselves, for the closed-form baselines
@@ -162,8 +175,9 @@ class LocalGateways:
         self._std: Standardization | None = None
         self._spec: dict | None = None
         self._cohort = None
+        self._start: list | None = None
 
-    def features(self):
+    def features(self, fitted=None):
         return self.pipeline
 
     def moments(self) -> list[Moments]:
@@ -201,19 +215,25 @@ class LocalGateways:
     def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
         return self._records.kept(self.standardized(std))
 
-    def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
+    def setup(
+        self, std: Standardization, setup: GatewaySetup, start: dict | None = None
+    ) -> list[np.ndarray] | None:
         self._std, self._spec, self._cohort = std, setup.spec, None
+        self._start = None if start is None else [start.get(lab) for lab in self.labels]
         if not setup.sketch_rank:
             return None
         return [client_sketch(b, setup.sketch_rank) for b in self.kept_blocks(std)]
 
     def round_clients(self, V0: np.ndarray):
-        self._cohort = make_cohort(self._spec, self.kept_blocks(self._std), V0)
+        self._cohort = make_cohort(self._spec, self.kept_blocks(self._std), V0, self._start)
         return self._cohort
 
     def client_bases(self) -> np.ndarray | None:
         # W alone: state_arrays() would also copy every record's U and A (FedEP)
         return None if self._cohort is None else self._cohort.W.copy()
+
+    def client_states(self) -> dict[str, np.ndarray] | None:
+        return None if self._cohort is None else client_states(self._cohort)
 
     def finalize(self, outcome) -> list:
         # The estimator holds every gateway's model: nothing to send.

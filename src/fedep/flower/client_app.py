@@ -36,7 +36,7 @@ from flwr.common.logger import log
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fedep.core.baselines import client_sketch
-from fedep.core.cohort import make_cohort
+from fedep.core.cohort import check_start, client_states, make_cohort
 from fedep.core.feedback import exclusion_masks
 from fedep.core.rank import client_gram
 from fedep.core.stats import client_moments, subset_rows, subset_sums
@@ -74,6 +74,7 @@ _META = "fedep.meta"  # label, feature names, pipeline, method, parameters, coho
 _KEEP = "fedep.keep"  # the records kept by record trimming (local only; absent: all)
 _REF = "fedep.reference"  # the trusted reference records, model features (local only)
 _FEEDBACK = "fedep.feedback"  # confirmed attacks / false positives, excluded (local only)
+_START = "fedep.start"  # this gateway's warm-start state (W, dual, ssn), from the setup
 
 
 def _meta(context: Context) -> dict:
@@ -169,8 +170,14 @@ def _estimator(meta: dict):
 
 def _load_cohort(context: Context, V0: np.ndarray):
     """The gateway's cohort of one, rebuilt from its spec and its checkpointed state."""
-    cohort = make_cohort(_meta(context)["spec"], [_kept_block(context)], V0)
-    if _COHORT in context.state.array_records:
+    resume = _COHORT in context.state.array_records
+    start = None
+    if not resume and _START in context.state.array_records:
+        start = [arrays_of(context.state[_START])]  # checked by make_cohort
+    elif not resume and _meta(context).get("warm"):
+        start = [None]  # a gateway new to a warm start: at V0, its data side settled
+    cohort = make_cohort(_meta(context)["spec"], [_kept_block(context)], V0, start)
+    if resume:
         cohort.load_state(arrays_of(context.state[_COHORT]))
     return cohort
 
@@ -503,11 +510,22 @@ def setup(msg: Message, context: Context) -> Message:
     context.state[_STD] = to_array_record(**arr)
     meta = _meta(context)
     meta.update(json.loads(str(msg.content["settings"]["json"])))
+    meta["warm"] = bool(int(msg.content["settings"].get("warm-start", 0)))
     # Validated once here, with the estimator's own rules; rounds reuse the spec.
     meta["spec"] = _estimator(meta).cohort_spec()
     _set_meta(context, meta)
     if _COHORT in context.state.array_records:
         del context.state[_COHORT]  # a new fit starts from scratch
+    if _START in context.state.array_records:
+        del context.state[_START]
+    if "start" in msg.content.array_records:
+        # a warm start: this gateway's own state, checked against the run's dimensions
+        n, r = int(np.asarray(arr["mean"]).size), int(meta["rank"])
+        try:
+            st = check_start(arrays_of(msg.content["start"]), n, r, f"gateway {meta['label']}")
+        except ValueError as exc:
+            return _data_error(msg, exc, context)
+        context.state[_START] = to_array_record(**st)
     content = RecordDict({"ack": MetricRecord({"ok": 1})})
     k = int(msg.content["settings"].get("sketch-rank", 0))
     if k > 0:
@@ -604,7 +622,8 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     det = _estimator(meta)
     std = arrays_of(context.state[_STD])
     block = _block(context)
-    W = _load_cohort(context, final["V"]).state_arrays()["W"][0]
+    states = client_states(_load_cohort(context, final["V"]))
+    W = states["W"][0]
     label = meta["label"]
     pipe = _pipeline(meta["features"]) if meta.get("features") else None
     det.set_fitted(
@@ -618,6 +637,7 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
         features=pipe,
         rank_reason=meta.get("rank_reason") or None,
     )
+    det.set_client_states(states)  # what a later warm start from this file carries
     det.fit_thresholds(block, [block], trust=_trust_of(final.get("trust")))
     res = FederationResult(
         V=final["V"],
@@ -627,6 +647,8 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     )
     det.set_federation_result(res, warn=False)
     det.trim_history_ = list(final.get("trim_history") or [])
+    if isinstance(final.get("lineage"), dict):  # checked by the model file's schema
+        det.lineage_ = final["lineage"]
     det.n_trim_steps_ = len(det.trim_history_)
     return det
 

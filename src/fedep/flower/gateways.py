@@ -14,7 +14,8 @@ first contact                 ``query.moments``                label, moments or
 ``moments`` (raw tables)      ``query.moments`` + pipeline     moments of its outputs
 ``gram``                      ``query.gram``                   ``Z_i^T Z_i``, count
 ``records``                   ``query.trim``                   counts and sums
-``setup``                     ``train.setup``                  ack (+ one-shot sketch)
+``setup``                     ``train.setup`` (+ its own       ack (+ one-shot sketch)
+                              warm-start state)
 ``round_clients``             ``train``                        ``W_i, Pi_i, nu_i``, metrics
 ``finalize``                  ``evaluate.finalize``            thresholds
 ============================  ===============================  =========================
@@ -49,7 +50,13 @@ from fedep.flower.checks import (
     read_summaries,
 )
 from fedep.flower.gateway_data import sort_labels
-from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.messages import (
+    arrays_of,
+    json_record,
+    round_report_from,
+    setup_contents,
+    to_array_record,
+)
 from fedep.flower.remote_records import RemoteCounts, RemoteRecords
 from fedep.flower.secagg import SECSUM, SecureSum, secure_sum
 from fedep.flower.secure_rounds import factor, secure_round
@@ -71,22 +78,6 @@ def _flag(rep: Message, key: str) -> bool:
     taken as 1, so that a gateway's reference or feedback is never skipped."""
     rec = rep.content.metric_records.get("knows")
     return rec is not None and rec.get(key, 0) != 0
-
-
-def _json_record(key: str, data: dict) -> RecordDict:
-    return RecordDict({key: ConfigRecord({"json": json.dumps(jsonable(data))})})
-
-
-def _report_from(rep: Message) -> RoundReport:
-    a = arrays_of(rep.content["local"])
-    m = dict(rep.content["metrics"])
-    return RoundReport(
-        W=np.asarray(a["W"], dtype=float),
-        Pi=np.asarray(a["Pi"], dtype=float),
-        nu=np.asarray(a["nu"], dtype=float).reshape(-1),
-        metrics={k: np.array([float(v)]) for k, v in m.items()},
-        sketch=np.asarray(a["sketch"], dtype=float) if "sketch" in a else None,
-    )
 
 
 class FlowerGateways:
@@ -226,9 +217,9 @@ class FlowerGateways:
         refused naming the node; fewer than ``min_clients`` gateways left end the run, as
         does a run mixing raw tables with numeric sources.
         """
-        content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
+        content = RecordDict() if features != "auto" else json_record("features", {"mode": "auto"})
         if secure:  # the enrolment only: the moments come as a secure sum
-            content = _json_record("features", {"mode": "count", "auto": features == "auto"})
+            content = json_record("features", {"mode": "count", "auto": features == "auto"})
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
@@ -333,12 +324,19 @@ class FlowerGateways:
         gateways.knows = knows
         return gateways
 
-    def features(self) -> FeaturePipeline | None:
+    def features(self, fitted=None) -> FeaturePipeline | None:
         """The feature pipeline of gateways holding raw tables, in two phases:
         ``query.summaries`` (each gateway's column summaries -> merged -> decisions)
-        and ``query.feature_moments`` (moments of the encoded features -> scaling)."""
+        and ``query.feature_moments`` (moments of the encoded features -> scaling).
+        ``fitted`` (a warm start's): that pipeline, sent with the moments phase."""
+        if self._moments is not None and fitted is not None:
+            msg = "the model has a feature pipeline but the gateways hold numeric records"
+            raise RuntimeError(f"warm start: {msg}; give them raw tables")
         if self._moments is not None or self.secure:
             return None
+        if fitted is not None:
+            self._pipe = fitted
+            return fitted
         pipe = FeaturePipeline(**self.pipeline_params)
         sent = {"params": jsonable(pipe.get_params())}
         content = RecordDict({"pipeline": ConfigRecord({"json": json.dumps(sent)})})
@@ -360,7 +358,7 @@ class FlowerGateways:
                 "was excluded: identifiers, addresses, timestamps, constants, free text ...)"
             )
         if pipe.scale_rule is not None:
-            content = _json_record("pipeline", pipe.to_dict())
+            content = json_record("pipeline", pipe.to_dict())
             replies = self._ask(
                 content, "query.feature_moments", "feature_moments", "the feature moments"
             )
@@ -395,7 +393,7 @@ class FlowerGateways:
                 )
             self._moments = [Moments(total, mean, np.maximum(second.sums["m2"], 0.0))]
         if self._moments is None:
-            content = _json_record(
+            content = json_record(
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
             )
             replies = self._ask(content, "query.moments", "moments", "the moments")
@@ -431,10 +429,13 @@ class FlowerGateways:
             self._records.has_feedback = bool(knows.get("feedback", True))
         return self._records
 
-    def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
+    def setup(
+        self, std: Standardization, setup: GatewaySetup, start: dict | None = None
+    ) -> list[np.ndarray] | None:
         """``train.setup``: the standardisation and the estimator's parameters to every
         gateway still in the run; each validates the estimator, drops its previous model
-        state and replies its sketch when ``setup.sketch_rank`` > 0."""
+        state and replies its sketch when ``setup.sketch_rank`` > 0. With ``start`` (a
+        warm start), each gateway gets its own carried state only (``setup_contents``)."""
         records = self.records()
         self.roster.order = [lab for lab in self.roster.order if lab in records.labels]
         settings = {
@@ -444,8 +445,14 @@ class FlowerGateways:
             "rank_reason": setup.rank_reason,
         }
         k_sketch = 0 if self.secure else setup.sketch_rank
-        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": k_sketch})
+        # every gateway of a warm start settles its data side before round 1
+        warm = int(start is not None)
+        cfg = {"json": json.dumps(settings), "sketch-rank": k_sketch, "warm-start": warm}
+        config = ConfigRecord(cfg)
         content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
+        if start is not None:  # each gateway its own carried state
+            n = std.mean.shape[0]
+            content = setup_contents(content, start, self.roster.order, n, setup.rank)
         replies = self._ask(content, "train.setup", "setup", "the setup")
         records.labels = list(self.roster.order)
         if not setup.sketch_rank:
@@ -485,6 +492,9 @@ class FlowerGateways:
     def client_bases(self) -> None:
         return None  # each gateway keeps its personalised basis
 
+    def client_states(self) -> None:
+        return None  # each gateway keeps its personalised state (in its model file)
+
     def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
         raise ValueError("the records stay on the gateways: this method needs them in one place")
 
@@ -499,6 +509,7 @@ class FlowerGateways:
             "stop_reason": res.stop_reason,
             "trim_history": outcome.trim_history,
             "trust": outcome.trust,
+            "lineage": outcome.lineage,  # the run's: every gateway's file records it
             "secure_aggregation": self.secure,
         }
         content = RecordDict(
@@ -587,7 +598,7 @@ class RemoteClients:
             if nid not in replies:
                 continue
             try:
-                rep = _report_from(replies[nid])
+                rep = round_report_from(replies[nid])
                 validate_report(rep, self.n_features, self.r)
             except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
                 line = " ".join(str(exc).split())[:300] or type(exc).__name__

@@ -64,9 +64,15 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from fedep._json import jsonable
+from fedep.core.cohort import check_start
+from fedep.core.fedep import RoundReport
 from fedep.modelfile.signing import sign_digest, verify_digest
 
 __all__ = [
+    "json_record",
+    "round_report_from",
+    "setup_contents",
     "arrays_of",
     "content_digest",
     "content_nbytes",
@@ -178,3 +184,35 @@ def message_nbytes(msg: Message) -> int:
 
 def content_nbytes(content: RecordDict) -> int:
     return int(sum(len(o.deflate()) for o in get_all_nested_objects(content).values()))
+
+
+def round_report_from(rep: Message) -> RoundReport:
+    """The :class:`~fedep.core.fedep.RoundReport` of a gateway's ``train`` reply (its
+    ``local`` arrays and ``metrics``; checked by the caller)."""
+    a = arrays_of(rep.content["local"])
+    m = dict(rep.content["metrics"])
+    return RoundReport(
+        W=np.asarray(a["W"], dtype=float),
+        Pi=np.asarray(a["Pi"], dtype=float),
+        nu=np.asarray(a["nu"], dtype=float).reshape(-1),
+        metrics={k: np.array([float(v)]) for k, v in m.items()},
+        sketch=np.asarray(a["sketch"], dtype=float) if "sketch" in a else None,
+    )
+
+
+def setup_contents(content: RecordDict, start: dict, labels, n: int, rank: int) -> dict:
+    """A warm start's ``train.setup`` messages: ``content`` for every gateway of
+    ``labels``, with a ``start`` record holding that gateway's own carried state
+    (``start[label]``, checked against ``n`` features and ``rank``) when it has one."""
+    per = {}
+    for lab in labels:
+        rd = RecordDict({k: content[k] for k in content})
+        if start.get(lab) is not None:
+            rd["start"] = to_array_record(**check_start(start[lab], n, rank, f"gateway {lab}"))
+        per[lab] = rd
+    return per
+
+
+def json_record(key: str, data: dict) -> RecordDict:
+    """A message content of one JSON config record ``key`` (NumPy values made JSON)."""
+    return RecordDict({key: ConfigRecord({"json": json.dumps(jsonable(data))})})

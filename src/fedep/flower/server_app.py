@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from logging import INFO
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,13 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedep._atomic import atomic_write
 from fedep.detectors import detector_param_table, make_estimator
-from fedep.detectors.driver import fit_gateways
+from fedep.detectors.driver import WarmStart, fit_gateways
 from fedep.federation.privacy import is_private
 from fedep.federation.rounds import FederationResult
 from fedep.flower.gateways import FlowerGateways
 from fedep.flower.secagg import check_secure_aggregation
 from fedep.flower.transport import SigningGrid, wait_for_nodes
+from fedep.modelfile.estimator import load_model
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
     make_pipeline,
@@ -61,6 +63,8 @@ RUN_KEYS: dict[str, Any] = {
     "max-misses": 1,  # a gateway that misses this many rounds in a row is left out
     "result-path": "",  # JSON written by the ServerApp (history, basis, participants)
     "sign-key": "",  # sign every message (Ed25519 PEM or hmac:SECRET); gateways verify
+    "warm-start": "",  # a model file to refit from (fedep fit / federate --warm-start)
+    "warm-start-verify-key": "",  # refuse an unsigned or altered warm-start model
     # SecAgg+: the server sees only sums of the gateways' moments, Gram matrices,
     # sketches and rounds (fedep.flower.secagg; docs/privacy.md)
     "secure-aggregation": False,
@@ -82,6 +86,29 @@ def pipeline_params(run_config: dict, est) -> dict:
     params = pipeline_params_from_run_config(run_config)
     make_pipeline(params, est.features)
     return params
+
+
+def warm_start_from(path: str, est, verify_key: str = "") -> WarmStart:
+    """The warm start of run-config ``warm-start``: the model file ``path`` (its
+    signature checked with ``verify_key`` when given) as the run's
+    :class:`~fedep.detectors.driver.WarmStart`, its gateways' states keyed by their
+    labels as text (each goes to the gateway of that label only).
+
+    Raises
+    ------
+    ValueError
+        A model of another method, or of another rank than ``n-components``.
+    """
+    key = parse_key(verify_key or None)
+    model = load_model(path, verify_key=key, require_signature=key is not None)
+    if type(model) is not type(est):
+        raise ValueError(
+            f"warm-start {path}: a {type(model).__name__} model, the run fits {type(est).__name__}"
+        )
+    model.set_params(warm_start=True, n_components=est.n_components)
+    start = model.warm_start_state()
+    states = {str(label): st for label, st in start.states.items()}
+    return replace(start, states=states)
 
 
 def _flag(value) -> bool:
@@ -163,7 +190,14 @@ def run_federation(
         if callback is not None:
             callback(rnd, V, rec)
 
-    out = fit_gateways(est, gateways, on_round=on_round, warn=False)
+    start = None
+    if str(cfg.get("warm-start") or ""):
+        start = warm_start_from(
+            str(cfg["warm-start"]), est, str(cfg.get("warm-start-verify-key") or "")
+        )
+        log(INFO, "fedep: warm start from %s (%d gateway states)", cfg["warm-start"],
+            len(start.states))  # fmt: skip
+    out = fit_gateways(est, gateways, on_round=on_round, warn=False, start=start)
     log(INFO, "fedep: rank %s", out.rank_reason)
     res = out.federation
     res.trim_history = out.trim_history

@@ -184,6 +184,28 @@ _META: dict[str, _Value] = {
     # distinct: scoring selects the columns by name
     "feature_names_in_": _Value("names", null=True),
     "features": _Value("object", null=True),
+    "lineage": _Value("object", null=True),
+}
+
+#: ``meta["lineage"]`` (:func:`fedep.detectors.lineage.new_lineage`).
+_LINEAGE: dict[str, _Value] = {
+    "id": _Value("str", required=True, nonempty=True),
+    "parent": _Value("str", null=True, nonempty=True),
+    "parent_sha256": _Value("str", null=True, nonempty=True),
+    "window": _Value("object", required=True),
+    "gateways": _Value("names", required=True),
+    "gateway_rows": _Value("counts"),
+}
+_WINDOW: dict[str, _Value] = {
+    "rows": _Value("int", lo=0, required=True),
+    "time_column": _Value("str", nonempty=True),
+    "ts_first": _Value("real"),
+    "ts_last": _Value("real"),
+    "files": _Value("objects"),
+}
+_WINDOW_FILE: dict[str, _Value] = {
+    "name": _Value("str", required=True, nonempty=True),
+    "rows": _Value("int", lo=0, required=True),
 }
 
 #: The fitted scalars, ``meta["scalars"]``: those of :func:`save_model` and of every
@@ -223,6 +245,11 @@ _ARRAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "scale_": ("f", ("n_features",)),
     "constant_features_": ("b", ("n_features",)),
     "client_thresholds_": ("f", ("n_clients",)),
+    # optional (:data:`fedep.detectors.STATE_ARRAYS`): the state a warm start carries,
+    # its shapes bound by the dimensions of the arrays above
+    "consensus_": ("f", ("n_features", "n_components")),
+    "client_duals_": ("f", ("n_clients", "n_components", "n_features")),
+    "client_multipliers_": ("f", ("n_clients", "n_components", "n_components")),
 }
 _KIND_NAMES = {"b": "bool", "i": "integer", "u": "unsigned", "f": "float", "U": "string"}
 
@@ -282,7 +309,8 @@ def _check_arrays(files: dict, clients_kind: str | None) -> None:
     extra = sorted(set(files) - set(_ARRAYS))
     if extra:
         raise ValueError(f"unexpected array {extra[0]!r}")
-    for name, (kinds, dims) in _ARRAYS.items():
+    present = {k: v for k, v in _ARRAYS.items() if k in files}
+    for name, (kinds, dims) in present.items():
         a = files[name]
         if name == "clients_" and clients_kind is not None:
             kinds = _CLIENT_KINDS[clients_kind]
@@ -294,7 +322,7 @@ def _check_arrays(files: dict, clients_kind: str | None) -> None:
                 f"array {name!r} must be {len(dims)}-D ({', '.join(dims)}), not {a.ndim}-D"
             )
     size: dict[str, int] = {}
-    for name, (_, dims) in _ARRAYS.items():
+    for name, (_, dims) in present.items():
         shape = files[name].shape
         for dim, n in zip(dims, shape, strict=True):
             size.setdefault(dim, n)
@@ -311,12 +339,26 @@ def _check_arrays(files: dict, clients_kind: str | None) -> None:
     if clients.dtype.kind == "f" and not np.isfinite(clients).all():
         raise ValueError("array 'clients_' holds NaN or infinite client ids")
     # fit stores np.unique's labels; scoring finds a client by binary search in them
+    for name in detectors.STATE_ARRAYS:
+        if name in files and not np.isfinite(files[name]).all():
+            raise ValueError(f"array {name!r} holds NaN or inf")
     if clients.size > 1 and not (clients[1:] > clients[:-1]).all():
         values, counts = np.unique(clients, return_counts=True)
         if (counts > 1).any():
             dup = values[counts > 1][0].item()
             raise ValueError(f"array 'clients_' has the duplicate client id {dup!r}")
         raise ValueError("array 'clients_' is not in increasing order (as fit stores it)")
+
+
+def _check_lineage(data: dict) -> None:
+    """``meta["lineage"]`` against :data:`_LINEAGE` and :data:`_WINDOW`."""
+    _check_object(data, _LINEAGE, "lineage")
+    _check_object(data["window"], _WINDOW, "lineage['window']")
+    for i, f in enumerate(data["window"].get("files", [])):
+        _check_object(f, _WINDOW_FILE, f"lineage['window']['files'][{i}]")
+    rows = data.get("gateway_rows")
+    if rows is not None and len(rows) != len(data["gateways"]):
+        raise ValueError("lineage['gateway_rows'] must have one count per gateway")
 
 
 def _check_pipeline_dict(data: dict) -> None:

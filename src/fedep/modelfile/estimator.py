@@ -32,6 +32,7 @@ from fedep.modelfile.content import (
     _META,
     _SCALARS,
     _check_arrays,
+    _check_lineage,
     _check_object,
     _check_pipeline_dict,
 )
@@ -72,6 +73,9 @@ def save_model(det, path, *, sign_key=None) -> None:
         if a.dtype.kind in "OUS":
             a = a.astype(str).astype("U")
         arrays[name] = a
+    for name in detectors.STATE_ARRAYS:
+        if getattr(det, name, None) is not None:
+            arrays[name] = np.asarray(getattr(det, name), dtype=float)
     params = det.get_params(deep=False)
     params.pop("callback", None)
     if isinstance(params.get("features"), FeaturePipeline):
@@ -93,6 +97,7 @@ def save_model(det, path, *, sign_key=None) -> None:
             [str(c) for c in det.feature_names_in_] if hasattr(det, "feature_names_in_") else None
         ),
         "features": None if pipe is None else jsonable(pipe.to_dict()),
+        "lineage": jsonable(getattr(det, "lineage_", None)),
     }
     write_model_file(path, meta, arrays, sign_key=sign_key)
 
@@ -182,6 +187,12 @@ def _detector_from(meta: dict, files: dict):
         det.stop_reason_ = stop_reason_of(det.stop_reason_, getattr(cls, "server_step", ""))
     if meta.get("history") is not None:
         det.history_ = meta["history"]
+    for name in detectors.STATE_ARRAYS:
+        if name in files:
+            setattr(det, name, np.asarray(files[name], dtype=float))
+    if meta.get("lineage") is not None:
+        _check_lineage(meta["lineage"])
+        det.lineage_ = meta["lineage"]
     _check_consistent(det, sc["n_features_in_"])
     return det
 
