@@ -43,6 +43,7 @@ from pathlib import Path
 
 from fedep._names import DATASETS as DATASET_NAMES
 from fedep.cli._common import (
+    SIGNING_KEY_ENV,
     UsageError,
     add_dataset_options,
     add_estimator_options,
@@ -71,6 +72,7 @@ from fedep.flower.deployment import (
     run_local_federation,
     stale_results,
 )
+from fedep.modelfile.signing import write_public_key
 from fedep.params import (
     make_pipeline,
     option_name,
@@ -181,6 +183,19 @@ def register(sub) -> None:
         default=0.2,
         metavar="SECONDS",
         help="longest wait of a SuperNode between two pulls (default: 0.2; 0: Flower's 3)",
+    )
+    f.add_argument(
+        "--sign-key",
+        metavar="KEY",
+        help="sign every server message: an Ed25519 private key PEM, hmac:SECRET or @FILE "
+        "(a secret kept in a file); the gateways then refuse unsigned, altered, redirected "
+        "or replayed messages (default: FEDEP_SIGNING_KEY when set)",
+    )
+    f.add_argument(
+        "--verify-key",
+        metavar="KEY",
+        help="what the gateways verify with (default: from --sign-key: the same secret, or "
+        "the PEM's public key, written to --out as server-key.pub)",
     )
     f.add_argument(
         "--overwrite",
@@ -319,10 +334,41 @@ def plan(args: argparse.Namespace) -> FederationPlan:
     if args.min_clients > n:
         raise UsageError(f"--min-clients must be in [1, {n}]; got {args.min_clients}")
     settings = _run_settings(args)
+    sign = _key_option(getattr(args, "sign_key", None) or os.environ.get(SIGNING_KEY_ENV))
+    verify = _key_option(getattr(args, "verify_key", None))
+    if verify is not None and sign is None:
+        raise UsageError("--verify-key needs --sign-key (or FEDEP_SIGNING_KEY)")
     out = output_folder(args.out, args.overwrite)
     nodes = gateway_node_configs(out, **sources)
     rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
+    if sign is not None:
+        if verify is None:
+            verify = sign
+            if not sign.startswith(("hmac:", "@")):
+                verify = str(out / "server-key.pub")
+                try:
+                    write_public_key(sign, verify)
+                except ValueError as exc:
+                    raise UsageError(f"--sign-key: {exc}") from None
+        rc["sign-key"] = sign
+        for cfg in nodes:
+            cfg["verify-key"] = verify
     return FederationPlan(nodes, rc, out)
+
+
+def _key_option(text: str | None) -> str | None:
+    """A key option as the server and gateways read it: ``hmac:SECRET`` as given,
+    ``@FILE`` and a PEM path made absolute (the processes run in the output folder);
+    a file that does not exist is one line."""
+    if not text:
+        return None
+    if text.startswith("hmac:"):
+        return text
+    at = text.startswith("@")
+    path = Path(text[1:] if at else text).expanduser().resolve()
+    if not path.is_file():
+        raise UsageError(f"key file {path} does not exist")
+    return ("@" if at else "") + str(path)
 
 
 # ---------------------------------------------------------------------- printing

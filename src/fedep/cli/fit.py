@@ -48,6 +48,7 @@ from fedep.cli._common import (
     command_parser,
     info,
     methods_text,
+    signing_key_text,
 )
 from fedep.cli.training import load_training, numeric_columns
 from fedep.core.trimming import describe_trimming
@@ -90,7 +91,12 @@ def register(sub) -> None:
         "--sign-key",
         metavar="KEY",
         help="sign the model: an Ed25519 private key PEM file, or a shared secret as "
-        "hmac:SECRET or @FILE",
+        "hmac:SECRET or @FILE (default: FEDEP_SIGNING_KEY when set; --no-sign: do not sign)",
+    )
+    p.add_argument(
+        "--no-sign",
+        action="store_true",
+        help="write the model unsigned even when FEDEP_SIGNING_KEY is set",
     )
     p.add_argument(
         "--quiet", action="store_true", help="print only the model file's path (no progress)"
@@ -152,7 +158,8 @@ def partition_seed(det) -> int:
 
 def cmd_fit(args) -> int:
     out = check_output_file(args.out, "--out", {"--train": list(args.table or [])})
-    key = parse_key(args.sign_key)  # a missing key file is found before training
+    # a missing key file is found before training
+    key = None if args.no_sign else parse_key(signing_key_text(args.sign_key))
     det = build_estimator(args)  # before any data is read
     t0 = time.perf_counter()
     data = load_training(args, args.protocol, seed=partition_seed(det))

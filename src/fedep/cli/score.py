@@ -216,7 +216,7 @@ def cmd_score(args) -> int:
     if not src.is_file():
         raise FileNotFoundError(f"input file {str(src)!r} does not exist")
     dst = check_output_file(args.output, "--output", {"--input": src, "--model": args.model})
-    det = load_model(args.model, args.verify_key)
+    det = load_model(args.model, args.verify_key, args.require_signature)
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
     stream = streams_as_csv(src, args)

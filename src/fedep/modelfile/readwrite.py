@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zipfile
@@ -22,6 +23,7 @@ from fedep.modelfile.base import (
     MAX_CENTRAL_DIRECTORY,
     MAX_JSON_DEPTH,
     MAX_MEMBERS,
+    MAX_SIGNATURE_BYTES,
     META_MEMBER,
     SIGNATURE_MEMBER,
     _fail,
@@ -122,6 +124,23 @@ def write_model_file(
             stored.update(over)  # highly compressible: store it, so readers accept it
             fh.seek(0)
             fh.truncate()
+
+
+def signature_scheme(path: str | os.PathLike[str]) -> str | None:
+    """The scheme of a model file's signature member (``"ed25519"``, ``"hmac-sha256"``),
+    or None when it has none; for a file :func:`read_model_file` has accepted (a
+    signature it has not verified with a key says who *claims* to have signed it)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if SIGNATURE_MEMBER not in zf.namelist():
+                return None
+            info = zf.getinfo(SIGNATURE_MEMBER)
+            if info.file_size > MAX_SIGNATURE_BYTES:
+                return "unknown"
+            sig = json.loads(zf.read(info))
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return "unknown"
+    return str(sig.get("scheme", "unknown")) if isinstance(sig, dict) else "unknown"
 
 
 def read_model_file(
