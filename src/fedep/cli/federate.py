@@ -347,6 +347,7 @@ def plan(args: argparse.Namespace) -> FederationPlan:
             if not sign.startswith(("hmac:", "@")):
                 verify = str(out / "server-key.pub")
                 try:
+                    out.mkdir(parents=True, exist_ok=True)
                     write_public_key(sign, verify)
                 except ValueError as exc:
                     raise UsageError(f"--sign-key: {exc}") from None

@@ -149,11 +149,23 @@ def fit_gateways(
     FitOutcome
     """
     pipe = gateways.features()
-    std = standardization(
-        combine_moments(gateways.moments()), pipeline=pipe, standardize=bool(est.standardize)
-    )
+
+    def merged_std() -> Standardization:
+        # the moments of the gateways still in the run (a transport may drop one)
+        return standardization(
+            combine_moments(gateways.moments()), pipeline=pipe, standardize=bool(est.standardize)
+        )
+
+    std = merged_std()
     check_rank(est.n_components, std.mean.shape[0])
-    est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+    while True:
+        labels = list(gateways.labels)
+        est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+        if list(gateways.labels) == labels:
+            break
+        # A gateway left while the rank was chosen: its moments leave the scaling, and
+        # the others' Gram matrices are asked again in the new units.
+        std = merged_std()
     rng = np.random.default_rng(est.random_state)
 
     def fit_kept(mean, scale, V, same):

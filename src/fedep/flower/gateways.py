@@ -42,7 +42,14 @@ from fedep.features.summaries import align_summaries
 from fedep.federation.gateways import GatewaySetup, Standardization
 from fedep.federation.rounds import TooFewClients
 from fedep.federation.server import merge_reports, out_of_scale, validate_report
-from fedep.flower.checks import check_gram, check_label, read_count, read_moments, read_summaries
+from fedep.flower.checks import (
+    check_gram,
+    check_label,
+    outsized_counts,
+    read_count,
+    read_moments,
+    read_summaries,
+)
 from fedep.flower.gateway_data import sort_labels
 from fedep.flower.messages import arrays_of, to_array_record
 from fedep.flower.transport import Roster, ask, exchange
@@ -100,7 +107,7 @@ class FlowerGateways:
         Rounds in a row a gateway may miss before it leaves the run.
     pipeline_params : dict
         The feature pipeline's parameters (gateways holding raw tables).
-    first_moments : list of Moments or None
+    first_moments : dict of label -> Moments, or None
         The numeric gateways' moments from the first contact (None: raw tables).
     declared : dict of label -> int
         Each gateway's record count, declared at first contact: every later count it
@@ -119,7 +126,7 @@ class FlowerGateways:
         min_clients: int,
         max_misses: int,
         pipeline_params: dict | None = None,
-        first_moments: list[Moments] | None = None,
+        first_moments: dict[str, Moments] | None = None,
         declared: dict[str, int] | None = None,
         columns: dict[str, int] | None = None,
     ):
@@ -244,8 +251,11 @@ class FlowerGateways:
         enrolled = roster.parse(
             by_label, "first contact", enrol, min_clients=min_clients, what="the first contact"
         )
-        first = None if tables else [m for _, m in enrolled]
         counts = {lab: (v[0] if tables else v.count) for lab, v in enrolled}
+        for lab, why in outsized_counts(counts).items():
+            roster.drop(lab, "first contact", why, min_clients, "the first contact")
+            del counts[lab]
+        first = None if tables else {lab: m for lab, m in enrolled if lab in counts}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
         return cls(
             grid,
@@ -299,15 +309,16 @@ class FlowerGateways:
     def moments(self) -> list[Moments]:
         """The first contact's moments, or (raw tables) the moments of the pipeline's
         outputs: the fitted pipeline goes to every gateway, which transforms its table
-        and keeps the result."""
+        and keeps the result. Only the gateways still in the run: a gateway dropped
+        since does not count in what is merged from them afterwards."""
         if self._moments is None:
             content = _json_record(
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
             )
             replies = self._ask(content, "query.moments", "moments", "the moments")
             n_out = len(self._pipe.get_feature_names_out())
-            self._moments = [m for _, m in self._parse(replies, "moments", self._reader(n_out))]
-        return self._moments
+            self._moments = dict(self._parse(replies, "moments", self._reader(n_out)))
+        return [self._moments[lab] for lab in self.roster.order if lab in self._moments]
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
         content = RecordDict({"std": to_array_record(**_std_arrays(std))})
