@@ -70,8 +70,8 @@ median of the spans themselves, rotation-free. With ``Q_i = polar(Z_i)`` and
 Weiszfeld runs on the coefficients ``a`` of ``Y = sum_i a_i P_i`` (the iterates stay in
 that cone): ``||P_i - Y||_F^2 = r - 2 (K a)_i + a^T K a`` with
 ``K_ij = ||Q_i^T Q_j||_F^2``, so an iteration costs O(k^2) after one O(n k^2 r^2) Gram
-matrix. ``U`` holds the top ``r`` eigenvectors of ``P*`` (from the (k r) x (k r)
-matrix ``A^(1/2) S^T S A^(1/2)``, ``S = [Q_1 .. Q_k]``) and the rotation inside the span
+matrix. ``U`` holds the top ``r`` eigenvectors of ``P*`` (the leading left singular
+vectors of ``S A^(1/2)``, ``S = [Q_1 .. Q_k]``, ``A = diag(a) (x) I_r``) and the rotation inside the span
 is the one closest (orthogonal Procrustes) to ``Zbar``, the bounded-weight mean of the
 proposals within ``outlier_ratio`` times the median distance of ``P*``: the span is
 the median's, only its coordinates follow the kept clients. Breakdown point one half
@@ -96,6 +96,7 @@ import numpy as np
 
 from fedep.core.fedep import aggregate_consensus
 from fedep.core.fedpg import aggregate_mean
+from fedep.core._linalg import thin_svd
 from fedep.core.stiefel import polar
 
 __all__ = [
@@ -539,13 +540,10 @@ def grassmann_median(
                 reason = "converged"
                 break
     d = dist(a)
-    # Top-r eigenvectors of P* = S diag(a (x) 1_r) S^T via the (k r) x (k r) matrix.
+    # Top-r eigenvectors of P* = B B^T, B = S diag(sqrt(a) (x) 1_r): B's leading left
+    # singular vectors (thin SVD of an n x (k r) matrix).
     sa = np.sqrt(np.repeat(np.clip(a, 0.0, None), r))
-    M = sa[:, None] * G * sa[None, :]
-    vals, vecs = np.linalg.eigh(M)
-    top = np.argsort(vals)[::-1][:r]
-    U = S @ (sa[:, None] * vecs[:, top]) / np.sqrt(np.clip(vals[top], 1e-300, None))
-    U = polar(U)
+    U = thin_svd(S * sa[None, :])[0][:, :r]
     med = float(np.median(d))
     kept = d <= outlier_ratio * med + 1e-12
     wk = w[kept]
