@@ -94,9 +94,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedep.core._linalg import thin_svd
 from fedep.core.fedep import aggregate_consensus
 from fedep.core.fedpg import aggregate_mean
-from fedep.core._linalg import thin_svd
 from fedep.core.stiefel import polar
 
 __all__ = [
