@@ -219,6 +219,8 @@ def cmd_score(args) -> int:
     det = load_model(args.model, args.verify_key, args.require_signature)
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
+    # chunks of bounded memory, whatever the model's width (a wide vocabulary)
+    args.chunksize = min(args.chunksize, det.scoring_block_rows())
     stream = streams_as_csv(src, args)
     t0 = time.perf_counter()
     # Errors and KeyboardInterrupt (SIGTERM too, turned into one by main) leave no file.

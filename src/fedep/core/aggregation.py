@@ -71,7 +71,8 @@ Weiszfeld runs on the coefficients ``a`` of ``Y = sum_i a_i P_i`` (the iterates 
 that cone): ``||P_i - Y||_F^2 = r - 2 (K a)_i + a^T K a`` with
 ``K_ij = ||Q_i^T Q_j||_F^2``, so an iteration costs O(k^2) after one O(n k^2 r^2) Gram
 matrix. ``U`` holds the top ``r`` eigenvectors of ``P*`` (the leading left singular
-vectors of ``S A^(1/2)``, ``S = [Q_1 .. Q_k]``, ``A = diag(a) (x) I_r``) and the rotation inside the span
+vectors of ``S A^(1/2)``, ``S = [Q_1 .. Q_k]``, ``A = diag(a) (x) I_r``) and the rotation
+inside the span
 is the one closest (orthogonal Procrustes) to ``Zbar``, the bounded-weight mean of the
 proposals within ``outlier_ratio`` times the median distance of ``P*``: the span is
 the median's, only its coordinates follow the kept clients. Breakdown point one half

@@ -101,6 +101,11 @@ _FEDERATION_SUMMARIES: dict = {
 }
 
 
+#: Most bytes of one block of model coordinates while scoring (see
+#: :meth:`BaseFederatedDetector.scoring_block_rows`).
+SCORING_BLOCK_BYTES = 32 * 2**20
+
+
 def _id_kind(g) -> str:
     if isinstance(g, str | bytes):
         return "text"
@@ -516,7 +521,34 @@ class BaseFederatedDetector(BaseEstimator):
         known = self.clients_[pos] == groups
         return np.where(known, pos, -1)
 
+    def scoring_block_rows(self) -> int:
+        """Rows scored at a time: a block of model coordinates (rows x the model's
+        features, float64) holds at most :data:`SCORING_BLOCK_BYTES`, so that a model
+        with very many features (a wide vocabulary) costs time, not memory, on a large
+        input. ``fedep score`` reads its input in chunks of at most this many rows."""
+        check_is_fitted(self, "components_")
+        n = max(int(self.components_.shape[1]), int(getattr(self, "n_features_in_", 1)), 1)
+        return max(1, SCORING_BLOCK_BYTES // (8 * n))
+
     def _apply(self, X, groups, fn):
+        """``fn`` over ``X`` in blocks of :meth:`scoring_block_rows` rows."""
+        step = self.scoring_block_rows()
+        n = X.shape[0] if hasattr(X, "shape") else len(X)
+        if n <= step:
+            return self._apply_block(X, groups, fn)
+        if not hasattr(X, "iloc"):
+            X = np.asarray(X)
+        if groups is not None:
+            groups = np.asarray(groups)
+            _check_groups(groups, n)
+        parts = []
+        for a in range(0, n, step):
+            rows = X.iloc[a : a + step] if hasattr(X, "iloc") else X[a : a + step]
+            g = None if groups is None else groups[a : a + step]
+            parts.append(self._apply_block(rows, g, fn))
+        return np.concatenate(parts)
+
+    def _apply_block(self, X, groups, fn):
         Z = self._transform_input(X)
         if groups is None:
             return self._global_scores(Z, fn)

@@ -152,6 +152,7 @@ def read_model_file(
     max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
     max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
+    check_manifest: Any = None,
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a model file written by :func:`write_model_file`.
 
@@ -167,6 +168,12 @@ def read_model_file(
     max_bytes, max_array_bytes, max_meta_bytes, max_ratio : int or float
         Caps on the file size and total inflated size, on one array member, on the
         metadata member, and on any member's compression ratio (see module docstring).
+    check_manifest : callable, optional
+        ``check_manifest(meta, manifest)`` once the metadata has passed its digest and
+        before any array is decompressed: ``manifest`` maps each array's name to its
+        ``{"dtype", "shape"}``. A ``ValueError`` it raises refuses the file (one line):
+        what the metadata says bounds the arrays it may hold, so that an array larger
+        than the model's own dimensions allow costs no time or memory.
 
     Returns
     -------
@@ -228,6 +235,12 @@ def read_model_file(
                 manifest = env["arrays"]
                 if _meta_digest(env["meta"], manifest) != env["meta_sha256"]:
                     raise _Refuse("metadata was altered (integrity digest mismatch)")
+                if check_manifest is not None:
+                    try:
+                        check_manifest(env["meta"], manifest)
+                    except (ValueError, TypeError, KeyError) as exc:
+                        what = " ".join(str(exc).split()) or type(exc).__name__
+                        raise _Refuse(f"inconsistent content ({what})") from None
                 npy = {n[:-4] for n in members if n.endswith(".npy")}
                 if npy != set(manifest):
                     extra, missing = sorted(npy - set(manifest)), sorted(set(manifest) - npy)
