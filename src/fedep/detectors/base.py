@@ -97,7 +97,7 @@ _FEDERATION_SUMMARIES: dict = {
     "init": "start basis: oneshot = merged client SVDs, or random",
     "penalty_scaling": "relative: penalties scaled to each client; paper: literal",
     "consensus_weights": "clients' weights: auto, curvature, samples or uniform",
-    "aggregation": "server step: mean; median or trimmed resist bad gateways",
+    "aggregation": "server step: mean; median, trimmed or grassmann resist bad gateways",
 }
 
 
