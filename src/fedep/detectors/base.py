@@ -359,6 +359,7 @@ class BaseFederatedDetector(BaseEstimator):
         feature_names=None,
         features=None,
         rank_reason=None,
+        copy: bool = True,
     ) -> None:
         """Make this detector fitted: the one place the fitted arrays are set.
 
@@ -382,9 +383,12 @@ class BaseFederatedDetector(BaseEstimator):
         rank_reason : str, optional
             Sets ``rank_reason_``, how the rank was chosen (default: given as
             ``n_components``); ``n_components_`` is the number of components.
+        copy : bool, default=True
+            Copy the bases (False: take float64 arrays as they are, e.g. freshly read
+            from a model file, whose per-client bases can be its largest array).
         """
-        self.components_ = np.array(components, dtype=float)
-        self.client_components_ = np.array(client_components, dtype=float)
+        self.components_ = np.array(components, dtype=float, copy=copy or None)
+        self.client_components_ = np.array(client_components, dtype=float, copy=copy or None)
         self.clients_ = np.asarray(clients)
         self.mean_ = np.asarray(mean, dtype=float)
         self.scale_ = np.asarray(scale, dtype=float)

@@ -214,7 +214,7 @@ def _detector_from(meta: dict, files: dict):
         raise ValueError("feature_names_in_ are not the feature pipeline's input columns")
     clients = files["clients_"]
     if sc.get("clients_kind") in ("i", "u"):
-        clients = clients.astype(np.int64)
+        clients = clients.astype(np.int64, copy=False)
     det.set_fitted(
         components=files["components_"],
         client_components=files["client_components_"],
@@ -224,6 +224,7 @@ def _detector_from(meta: dict, files: dict):
         constant_features=files["constant_features_"],
         feature_names=names,
         features=pipe,
+        copy=False,  # fresh arrays, read for this detector alone
     )
     det.threshold_ = float(sc["threshold_"])
     det.client_thresholds_ = np.asarray(files["client_thresholds_"], dtype=float)
@@ -279,6 +280,13 @@ def _pipeline_from(data):
     return pipe
 
 
+def _all_finite(a: np.ndarray, block: int = 1 << 22) -> bool:
+    """``np.isfinite(a).all()`` over blocks of at most ``block`` values (no mask the
+    size of a large array)."""
+    flat = a.reshape(-1)
+    return all(np.isfinite(flat[i : i + block]).all() for i in range(0, flat.size, block))
+
+
 def _check_consistent(det, n_features: int) -> None:
     """What the schema cannot see alone: the rank against the parameters, the number
     of features against the pipeline and the names, and the values of the arrays."""
@@ -305,7 +313,7 @@ def _check_consistent(det, n_features: int) -> None:
         raise ValueError("feature names are inconsistent")
     values = {
         "components_": np.isfinite(det.components_).all(),
-        "client_components_": np.isfinite(det.client_components_).all(),
+        "client_components_": _all_finite(det.client_components_),
         "mean_": np.isfinite(det.mean_).all(),
         "scale_": np.isfinite(det.scale_).all() and (det.scale_ > 0).all(),
         "client_thresholds_": np.isfinite(det.client_thresholds_).all(),
