@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "detectors": 4,
     "modelfile": 5,
     "evaluation": 6,
+    "alerts": 6,
     "flower": 7,
     "cli": 7,
 }

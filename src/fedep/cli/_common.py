@@ -338,16 +338,6 @@ def add_estimator_options(p: argparse.ArgumentParser, pipeline: dict, detectors:
 
 
 # ---------------------------------------------------------------------- files, models
-def bad_value_error(exc, path, **where):
-    """A :class:`~fedep.features.FeatureError` about one value (its ``value`` and
-    ``column`` set) as the DataError naming ``path`` and ``where`` (``row=`` or
-    ``line=``): the one wording of fit and score."""
-    from fedep.data import DataError  # start-up time: see the module docstring
-
-    msg = f"non-numeric value {exc.value!r} in a numeric feature column"
-    return DataError(path, msg, column=exc.column, **where)
-
-
 def check_output_file(path, option: str, keep: dict[str, object] | None = None) -> Path:
     """Fail early (one line) unless ``path`` can be written: its directory exists, is
     a directory and is writable, ``path`` itself is not a directory nor any other
@@ -458,26 +448,11 @@ def load_model(path, verify_key: str | None = None, require_signature: bool = Fa
     return det
 
 
-def required_columns(det) -> list[str]:
-    """Raw columns a model needs: its pipeline's used, non-optional columns, or (numeric
-    path) ``feature_names_in_``."""
-    pipe = getattr(det, "features_", None)
-    if pipe is None:
-        return [str(c) for c in getattr(det, "feature_names_in_", ())]
-    return [d.name for d in pipe.decisions_ if d.used and not d.optional]
-
-
-def used_columns(det) -> list[str]:
-    """Raw columns a model reads (required and optional)."""
-    pipe = getattr(det, "features_", None)
-    if pipe is None:
-        return [str(c) for c in getattr(det, "feature_names_in_", ())]
-    return [d.name for d in pipe.decisions_ if d.used]
-
-
 def check_columns(det, columns, path) -> None:
     """One error naming every column the model needs that ``columns`` lacks."""
-    from fedep.data import DataError  # start-up time: see the module docstring
+    # start-up time: see the module docstring
+    from fedep.data import DataError
+    from fedep.detectors.columns import required_columns
 
     have = set(columns)
     missing = [c for c in required_columns(det) if c not in have]
@@ -489,16 +464,6 @@ def check_columns(det, columns, path) -> None:
             line=1,
             column=missing[0],
         )
-
-
-def output_feature_names(det) -> list[str]:
-    """Names of the model's features (columns of ``feature_contributions``)."""
-    names = getattr(det, "feature_names_out_", None)
-    if names is None:
-        names = getattr(det, "feature_names_in_", None)
-    if names is None:
-        return [f"x{j}" for j in range(det.components_.shape[1])]
-    return [str(c) for c in names]
 
 
 def model_features(det, path) -> list[str]:

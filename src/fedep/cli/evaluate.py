@@ -22,11 +22,11 @@ from fedep.cli._common import (
     model_features,
     read_kwargs,
 )
-from fedep.cli.score import client_ids
-from fedep.cli.training import client_ids_of, numeric_matrix
+from fedep.cli.training import client_ids_of
 from fedep.data import DataError, load_dataset
 from fedep.data.labels import labels_of
 from fedep.data.readers import read_table
+from fedep.detectors.columns import client_ids, numeric_matrix
 
 
 def register(sub) -> None:

@@ -43,7 +43,6 @@ from fedep.cli._common import (
     add_data_source,
     add_estimator_options,
     add_method_option,
-    bad_value_error,
     check_output_file,
     command_parser,
     info,
@@ -52,6 +51,7 @@ from fedep.cli._common import (
 )
 from fedep.cli.training import load_training, numeric_columns
 from fedep.core.trimming import describe_trimming
+from fedep.data.errors import bad_value_error
 from fedep.detectors import METHODS, detector_param_table, make_estimator
 from fedep.features import FeatureError, format_decisions
 from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS

@@ -1,5 +1,13 @@
 """``fedep score``: append anomaly_score, is_anomaly, anomaly_probability and top_features
-to every row of a flow-record file, written as CSV.
+to every row of a flow-record file, written as CSV; or write JSON lines, the records
+``fedep watch`` writes (:mod:`fedep.alerts`, ``docs/alerts.md``).
+
+Output format: ``--output-format csv|jsonl``, by default ``jsonl`` for an ``--output``
+ending in ``.jsonl`` or ``.ndjson`` and ``csv`` otherwise (``--output -`` too).
+``--anomalies-only`` keeps the records flagged as anomalies (CSV: those rows; JSON
+lines: the alerts); without it a JSON line is written for every record (``"event":
+"alert"`` or ``"score"``). ``--ecs`` writes the JSON lines under Elastic Common Schema
+names.
 
 ``anomaly_probability`` is ``P(anomaly)`` of the detector's ``predict_proba`` (PyOD's
 "unify" calibration on the training scores: monotone in the score, 4 significant
@@ -15,14 +23,18 @@ pipeline's output features (``orig_bytes``, ``proto=tcp``, ...).
 
 The output is written to a temporary file in the output's directory and renamed onto
 ``--output`` at the end; on any error or interruption (Ctrl-C, SIGTERM) the temporary
-file is removed and ``--output`` is left as it was.
+file is removed and ``--output`` is left as it was. ``--output -`` writes the output to
+stdout once it is complete (nothing on error), and nothing else goes to stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,11 +44,13 @@ import pandas as pd
 
 from fedep._atomic import atomic_write
 from fedep._errors import one_line
+from fedep.alerts import AlertFactory, encode_record, model_identity
+from fedep.alerts.scoring import score_block
 from fedep.cli._common import (
     PROG,
+    UsageError,
     add_model_options,
     add_read_options,
-    bad_value_error,
     check_columns,
     check_output_file,
     command_parser,
@@ -44,25 +58,32 @@ from fedep.cli._common import (
     load_model,
     model_features,
     nonneg_int,
-    output_feature_names,
     positive_int,
     read_kwargs,
-    used_columns,
 )
-from fedep.cli.training import numeric_matrix
 from fedep.data import DataError
-from fedep.data._tails import top_k
+from fedep.data.errors import bad_value_error
 from fedep.data.readers import detect_format
 from fedep.data.readers.source import _open_source, _read_head
 from fedep.data.readers.table import chunks_with_originals
-from fedep.data.readers.zeek import zeek_unset_field
+from fedep.data.readers.zeek import zeek_header_lines, zeek_unset_field
 from fedep.data.stream import (
     CsvBlockReader,
     NotStreamable,
     ScoreTailFormatter,
     read_csv_header,
 )
+from fedep.detectors.columns import (
+    client_ids,
+    numeric_matrix,
+    output_feature_names,
+    used_columns,
+)
 from fedep.features import FeatureError
+
+#: ``--output-format``'s values; JSON lines for these ``--output`` suffixes by default.
+OUTPUT_FORMATS = ("csv", "jsonl")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
 def register(sub) -> None:
@@ -71,7 +92,9 @@ def register(sub) -> None:
         "score",
         description="Append anomaly_score, is_anomaly, anomaly_probability and top_features "
         "to every row of a "
-        "flow-record file (any supported format), streaming it in chunks; the output is CSV.",
+        "flow-record file (any supported format), streaming it in chunks; the output is CSV, "
+        "or JSON lines (one record per row, or per anomaly: the alerts of fedep watch; "
+        "docs/alerts.md).",
     )
     add_model_options(p)
     p.add_argument(
@@ -80,7 +103,30 @@ def register(sub) -> None:
         help="flow records: CSV/TSV with a header row, Zeek log, Parquet, Feather, JSON "
         "(optionally compressed)",
     )
-    p.add_argument("--output", required=True, help="CSV file to write")
+    p.add_argument(
+        "--output",
+        required=True,
+        metavar="PATH",
+        help="file to write (replaced when complete), or - for stdout",
+    )
+    p.add_argument(
+        "--output-format",
+        choices=OUTPUT_FORMATS,
+        help="csv: the input's rows with the four columns appended; jsonl: one JSON "
+        "object per line (default: jsonl for an --output ending in .jsonl or .ndjson, "
+        "else csv)",
+    )
+    p.add_argument(
+        "--anomalies-only",
+        action="store_true",
+        help="write only the records flagged as anomalies (jsonl: the alerts)",
+    )
+    p.add_argument(
+        "--ecs",
+        action="store_true",
+        help="jsonl under Elastic Common Schema names (event.kind, source.ip, ...), for "
+        "Filebeat, Fluent Bit or Vector to ship as they are",
+    )
     p.add_argument(
         "--client-column",
         help="client id column: rows of a known client use its personalised basis and threshold",
@@ -103,39 +149,6 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no summary line")
     add_read_options(p)
     p.set_defaults(func=cmd_score)
-
-
-def client_ids(ids: np.ndarray, det) -> np.ndarray:
-    """Client column text in the dtype of the model's client ids (integer models: a
-    value that is not an integer matches no client)."""
-    if det.clients_.dtype.kind in "iu":
-        v = pd.to_numeric(pd.Series(ids), errors="coerce").to_numpy(dtype=np.float64)
-        ok = np.isfinite(v) & (v == np.round(v))
-        return np.where(ok, v, -(2**62)).astype(np.int64)
-    return np.asarray(ids, dtype=str)
-
-
-def top_indices(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Column indices and values of the ``k`` largest entries of each row, largest first
-    (equal entries: the lower column first); :func:`fedep.data._tails.top_k`."""
-    return top_k(contrib, k)
-
-
-def score_block(det, X, groups, names, k):
-    """Scores, 0/1 flags, anomaly probabilities and top-feature indices/values of one
-    block (``X``: a DataFrame, or an array of the columns ``names``)."""
-    frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X, columns=names, copy=False)
-    idx = vals = None
-    if k > 0:
-        # One pass: contributions' rows sum to decision_function (documented).
-        contrib = det.feature_contributions(frame, groups)
-        scores = contrib.sum(axis=1)
-        idx, vals = top_indices(contrib, k)
-    else:
-        scores = det.decision_function(frame, groups)
-    # predict()'s rule (score above the row's client threshold), without a second pass.
-    flags = (scores > det.row_thresholds(groups, len(frame))).astype(int)
-    return scores, flags, det.anomaly_probability(scores), idx, vals
 
 
 def streams_as_csv(src: Path, args) -> bool:
@@ -211,37 +224,81 @@ class _MissingColumns:
             )
 
 
+def output_format(args) -> str:
+    """``--output-format``, or from ``--output``'s suffix (``.jsonl``/``.ndjson``:
+    jsonl; anything else, ``-`` included: csv)."""
+    if args.output_format is not None:
+        return args.output_format
+    suffix = Path(args.output).suffix.lower() if args.output != "-" else ""
+    return "jsonl" if suffix in JSONL_SUFFIXES else "csv"
+
+
+@contextlib.contextmanager
+def _output(dst: Path | None):
+    """A binary file for the output: written atomically onto ``dst``, or (``dst``
+    None) spooled to a temporary file and copied to stdout once complete."""
+    if dst is not None:
+        with atomic_write(dst) as fout:
+            yield fout
+        return
+    with tempfile.TemporaryFile() as tmp:
+        yield tmp
+        tmp.seek(0)
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        shutil.copyfileobj(tmp, out)
+        out.flush()
+
+
 def cmd_score(args) -> int:
     src = Path(args.input)
     if not src.is_file():
         raise FileNotFoundError(f"input file {str(src)!r} does not exist")
-    dst = check_output_file(args.output, "--output", {"--input": src, "--model": args.model})
+    fmt = output_format(args)
+    if args.ecs and fmt != "jsonl":
+        raise UsageError("--ecs names JSON fields: use --output-format jsonl (or a .jsonl output)")
+    to_stdout = args.output == "-"
+    dst = None
+    if not to_stdout:
+        dst = check_output_file(args.output, "--output", {"--input": src, "--model": args.model})
     det = load_model(args.model, args.verify_key, args.require_signature)
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
     # chunks of bounded memory, whatever the model's width (a wide vocabulary)
     args.chunksize = min(args.chunksize, det.scoring_block_rows())
+    if fmt == "jsonl":
+        model_id, digest = model_identity(det)
+        factory = AlertFactory(
+            det, model_id=model_id, model_digest=digest, top_k=args.top_features,
+            ecs=args.ecs, client_column=args.client_column,
+        )  # fmt: skip
+        streamed, tabled = _jsonl_csv_stream, _jsonl_chunks
+        what: object = factory
+    else:
+        streamed, tabled = _score_csv_stream, _score_chunks
+        what = tails_names
     stream = streams_as_csv(src, args)
     t0 = time.perf_counter()
     # Errors and KeyboardInterrupt (SIGTERM too, turned into one by main) leave no file.
     missing = _MissingColumns(det, src)
-    with atomic_write(dst) as fout:
+    with _output(dst) as fout:
         try:
-            run = _score_csv_stream if stream else _score_chunks
-            n_rows, n_anom = run(det, src, fout, tails_names, args, missing)
+            run = streamed if stream else tabled
+            n_rows, n_anom = run(det, src, fout, what, args, missing)
         except NotStreamable as exc:
             # fit read this file as a table: so does score, rather than refuse it
             info(f"{one_line(exc)}: read as a table instead of streamed", args.quiet)
             fout.seek(0)
             fout.truncate()
             missing.reset()
-            n_rows, n_anom = _score_chunks(det, src, fout, tails_names, args, missing)
+            n_rows, n_anom = tabled(det, src, fout, what, args, missing)
     missing.warn()
     dt = time.perf_counter() - t0
     rate = n_rows / dt if dt > 0 else float("inf")
     info(
         f"scored {n_rows} records in {dt:.2f} s ({rate:,.0f} records/s); {n_anom} flagged "
-        f"as anomalies ({100 * n_anom / max(n_rows, 1):.2f}%); written to {dst}",
+        f"as anomalies ({100 * n_anom / max(n_rows, 1):.2f}%); written to "
+        f"{'stdout' if dst is None else dst}",
         args.quiet,
     )
     return 0
@@ -295,9 +352,23 @@ def _score_csv_stream(det, src, fout, tails_names, args, missing) -> tuple[int, 
             scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "line"
             )
-        fout.write(tails.block_output(block, scores, flags, probs, idx, vals))
+        if args.anomalies_only:
+            fout.write(_flagged_lines(block, tails, scores, flags, probs, idx, vals))
+        else:
+            fout.write(tails.block_output(block, scores, flags, probs, idx, vals))
         n_anom += int(flags.sum())
     return reader.n_rows, n_anom
+
+
+def _flagged_lines(block, tails, scores, flags, probs, idx, vals) -> bytes:
+    """The flagged rows of a block with their tails (``--anomalies-only``)."""
+    rows = np.flatnonzero(flags)
+    if rows.size == 0:
+        return b""
+    sub = (None if a is None else a[rows] for a in (idx, vals))
+    tail = tails(scores[rows], flags[rows], probs[rows], *sub)
+    buf, starts, ends = block.buf, block.starts[rows].tolist(), block.ends[rows].tolist()
+    return b"".join(buf[a:b] + t for a, b, t in zip(starts, ends, tail, strict=True))
 
 
 def _read_ahead(blocks):
@@ -345,7 +416,7 @@ def _score_chunks(det, src, fout, tails_names, args, missing) -> tuple[int, int]
             ids = s.astype(object).where(s.notna(), "").astype(str).str.strip()
             groups = client_ids(ids.to_numpy(dtype=str), det)
         if pipe is None:
-            X = numeric_matrix(chunk, tails_names, src)
+            X = numeric_matrix(chunk, tails_names, src, first=n_rows + 1)
             scores, flags, probs, idx, vals = score_block(det, X, groups, tails_names, tails.k)
         else:
             missing.update(chunk)
@@ -353,12 +424,79 @@ def _score_chunks(det, src, fout, tails_names, args, missing) -> tuple[int, int]
             scores, flags, probs, idx, vals = _score_located(
                 det, X, groups, tails_names, tails.k, src, "row"
             )
-        out = original.assign(**tails.fields(scores, flags, probs, idx, vals))
+        if args.anomalies_only:
+            rows = np.flatnonzero(flags)
+            sub = (None if a is None else a[rows] for a in (idx, vals))
+            fields = tails.fields(scores[rows], flags[rows], probs[rows], *sub)
+            out = original.iloc[rows].assign(**fields)
+        else:
+            out = original.assign(**tails.fields(scores, flags, probs, idx, vals))
         buf = io.StringIO()
         out.to_csv(buf, header=n_rows == 0, index=False, lineterminator="\n", na_rep=unset)
         fout.write(buf.getvalue().encode("utf-8"))
         n_rows += len(chunk)
         n_anom += int(flags.sum())
+    if n_rows == 0:
+        raise DataError(src, "no data rows")
+    return n_rows, n_anom
+
+
+# ---------------------------------------------------------------------- JSON lines
+
+
+def _write_batch(fout, batch, args) -> None:
+    """A batch's records (every record, or the alerts with ``--anomalies-only``)."""
+    records = batch.alerts if args.anomalies_only else batch.records
+    fout.write(b"".join(encode_record(r) for r in records))
+
+
+def _jsonl_csv_stream(det, src, fout, factory, args, missing) -> tuple[int, int]:
+    """Stream a comma-separated CSV file into JSON lines (alerts numbered by line)."""
+    header, _ = read_csv_header(src)
+    check_columns(det, header, src)
+    missing.columns(header)
+    used = [c for c in used_columns(det) if c in header]
+    cols = list(dict.fromkeys(used + [c for c in factory.passthrough_columns if c in header]))
+    reader = CsvBlockReader(
+        src, [], args.chunksize, args.client_column, frame_columns=cols, infinity=args.infinity
+    )
+    n_anom = 0
+    for block in _read_ahead(reader):
+        missing.update(block.frame)
+        batch = factory.score(
+            block.frame, gateway=None, source=str(src), first_line=block.first_line,
+            gateways=block.ids, all_records=not args.anomalies_only,
+        )  # fmt: skip
+        _write_batch(fout, batch, args)
+        n_anom += int(batch.flagged.sum())
+    return reader.n_rows, n_anom
+
+
+def _jsonl_chunks(det, src, fout, factory, args, missing) -> tuple[int, int]:
+    """Any other format: read_table chunks into JSON lines (alerts numbered by line in
+    a Zeek TSV log, else by data row)."""
+    n_rows = n_anom = 0
+    # a Zeek TSV log's records are numbered by line, as fedep watch numbers them
+    fmt = args.format if args.format != "auto" else detect_format(src)
+    head, where = (zeek_header_lines(src), "line") if fmt == "zeek" else (0, "row")
+    for _, chunk in chunks_with_originals(src, args.chunksize, **read_kwargs(args)):
+        if n_rows == 0:
+            cols = [str(c) for c in chunk.columns]
+            check_columns(det, cols, src)
+            missing.columns(cols)
+            if args.client_column is not None and args.client_column not in cols:
+                raise DataError(
+                    src, f"client column {args.client_column!r} is not a column",
+                    column=args.client_column,
+                )  # fmt: skip
+        missing.update(chunk)
+        batch = factory.score(
+            chunk, gateway=None, source=str(src), first_line=head + n_rows + 1, where=where,
+            all_records=not args.anomalies_only,
+        )  # fmt: skip
+        _write_batch(fout, batch, args)
+        n_rows += len(chunk)
+        n_anom += int(batch.flagged.sum())
     if n_rows == 0:
         raise DataError(src, "no data rows")
     return n_rows, n_anom

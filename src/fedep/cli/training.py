@@ -80,23 +80,6 @@ def numeric_columns(df: pd.DataFrame) -> list[str]:
     ]
 
 
-def numeric_matrix(df: pd.DataFrame, names, path) -> np.ndarray:
-    """``df[names]`` as finite float64; a non-numeric or missing value is an error naming
-    its column and data row (the numeric path of a model fitted without a pipeline)."""
-    X = np.empty((len(df), len(names)), dtype=np.float64)
-    for j, c in enumerate(names):
-        s = df[c]
-        v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = ~np.isfinite(v)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raw = s.iloc[i]
-            what = "missing value" if pd.isna(raw) else f"non-numeric or non-finite value {raw!r}"
-            raise DataError(path, what, row=i + 1, column=str(c))
-        X[:, j] = v
-    return X
-
-
 def check_client_options(args) -> None:
     if args.client_column is not None and (args.clients is not None or args.partition):
         raise UsageError("--client-column cannot be combined with --clients / --partition")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DataError", "DatasetNotFoundError"]
+__all__ = ["DataError", "DatasetNotFoundError", "bad_value_error"]
 
 
 class DataError(ValueError):
@@ -58,6 +58,14 @@ class DataError(ValueError):
         if column is not None:
             where.append(f"column {column!r}")
         super().__init__(f"{', '.join(where)}: {message}")
+
+
+def bad_value_error(exc, path, **where) -> DataError:
+    """A :class:`~fedep.features.FeatureError` about one value (its ``value`` and
+    ``column`` set) as the DataError naming ``path`` and ``where`` (``row=`` or
+    ``line=``): the one wording of ``fedep fit``, ``fedep score`` and the alerts."""
+    msg = f"non-numeric value {exc.value!r} in a numeric feature column"
+    return DataError(path, msg, column=exc.column, **where)
 
 
 class DatasetNotFoundError(FileNotFoundError):

@@ -108,6 +108,10 @@ def load_model(path, *, verify_key=None, require_signature=False):
     is refused here, with the field it got wrong, rather than failing (or scoring
     wrongly) later.
 
+    The returned detector's ``file_sha256_`` is the file's integrity digest (what a
+    signature signs), verified while reading: it names the model in its alerts
+    (:func:`fedep.alerts.model_identity`).
+
     Raises
     ------
     ModelFileError
@@ -116,14 +120,18 @@ def load_model(path, *, verify_key=None, require_signature=False):
         ``model file PATH: inconsistent content (...)`` naming the field).
     """
     path = _model_path(path)
+    digest: list = []
     meta, files = read_model_file(
         path,
         verify_key=verify_key,
         require_signature=require_signature,
         check_manifest=_check_manifest,
+        digest_out=digest,
     )
     try:
-        return _detector_from(meta, files)
+        det = _detector_from(meta, files)
+        det.file_sha256_ = digest[0]  # the integrity digest: a warm start's parent
+        return det
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
         # The schema catches what it knows; any other failure while building the
         # estimator is still about this file's content, so it says so in one line.

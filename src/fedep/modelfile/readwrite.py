@@ -153,6 +153,7 @@ def read_model_file(
     max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
     check_manifest: Any = None,
+    digest_out: list | None = None,
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a model file written by :func:`write_model_file`.
 
@@ -174,6 +175,9 @@ def read_model_file(
         ``{"dtype", "shape"}``. A ``ValueError`` it raises refuses the file (one line):
         what the metadata says bounds the arrays it may hold, so that an array larger
         than the model's own dimensions allow costs no time or memory.
+    digest_out : list, optional
+        Receives the file's integrity digest (the SHA-256 hex that a signature covers),
+        appended once the file is verified (a model's lineage records its parent's).
 
     Returns
     -------
@@ -295,4 +299,6 @@ def read_model_file(
         raise _fail(path, f"is truncated or corrupt ({type(exc).__name__}: {exc})") from None
     if key_error:
         raise key_error[0]
+    if digest_out is not None:
+        digest_out.append(env["sha256"])
     return env["meta"], arrays

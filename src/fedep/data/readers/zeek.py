@@ -102,6 +102,13 @@ def zeek_unset_field(path) -> str:
     return _zeek_header(_open_source(Path(path))).unset
 
 
+def zeek_header_lines(path) -> int:
+    """Lines before a Zeek TSV log's first record (``#separator`` ... ``#types``): record
+    ``i`` (0-based) is on line ``zeek_header_lines(path) + i + 1`` (Zeek writes no blank
+    line and no comment before ``#close``)."""
+    return _zeek_header(_open_source(Path(path))).n_lines
+
+
 def _zeek_arrow_type(zeek_type: str) -> pa.DataType:
     if zeek_type in _ZEEK_INT:
         return pa.int64()
