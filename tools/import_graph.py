@@ -41,6 +41,7 @@ FLOORS: dict[str, int] = {
     "modelfile": 5,
     "evaluation": 6,
     "alerts": 6,
+    "live": 6,
     "flower": 7,
     "cli": 7,
 }

@@ -234,6 +234,15 @@ def parse_value(spec: ParamSpec, value: Any) -> Any:
     return text
 
 
+def _inf_allowed(constraints) -> bool:
+    """Whether a constraint admits ``+inf``: an interval closed at an open-ended right
+    end (``Interval(Real, 0, None, closed="right")``, e.g. ``dp_epsilon``)."""
+    return any(
+        isinstance(c, Interval) and c.right is None and c.closed in ("right", "both")
+        for c in constraints
+    )
+
+
 def validate_params(est) -> None:
     """scikit-learn's validation of ``est``'s parameters, plus finiteness of numbers.
 
@@ -249,6 +258,8 @@ def validate_params(est) -> None:
     for name, v in params.items():
         numeric = any(isinstance(c, Interval) for c in est._parameter_constraints.get(name, ()))
         if not numeric or v is None or isinstance(v, str):
+            continue
+        if _inf_allowed(est._parameter_constraints[name]) and v == math.inf:
             continue
         if isinstance(v, bool) or (isinstance(v, numbers.Real) and not math.isfinite(v)):
             raise InvalidParameterError(

@@ -351,3 +351,15 @@ def test_client_ids_are_text_as_written(tmp_path, suffix):
     assert got["gw"].tolist() == df["gw"].tolist()
     want = det.decision_function(df[["a", "b", "c"]], groups=df["gw"].to_numpy())
     np.testing.assert_allclose(got["anomaly_score"], want, rtol=1e-6)
+
+
+def test_fit_reports_the_privacy_spent(files, tmp_path, capsys):
+    pytest.importorskip("dp_accounting")
+    out = tmp_path / "m.fedep"
+    extra = ["--features", "numeric", "--clients", "3", "--partition", "iid", "--tol", "0"]
+    dp = ["--n-components", "2", "--n-rounds", "3", "--dp-epsilon", "4", "--dp-clip", "10"]
+    assert _fit(files, out, *extra, *dp) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "privacy" in ln)
+    det = fedep.load(out)
+    assert 3.9 < det.dp_epsilon_ <= 4.0 and det.dp_delta_ == 1e-5
+    assert f"epsilon {det.dp_epsilon_:.4g} at delta 1e-05" in line

@@ -140,3 +140,13 @@ def test_value_moments_with_counts_equal_the_repeated_values(scale):
     np.testing.assert_allclose(m2, ref_m2, rtol=1e-10)
     if scale == 1.0:
         np.testing.assert_allclose(m2, np.var(np.repeat(v, counts)) * counts.sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("N", [12, 500])  # short: the SVD; tall: the Gram matrix
+def test_pooled_pca_is_the_top_right_singular_subspace(N):
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((N, 9)) * np.geomspace(10.0, 0.1, 9)
+    ref = np.linalg.svd(X, full_matrices=False)[2][:3].T
+    B = pooled_pca(X, 3)
+    np.testing.assert_allclose(B.T @ B, np.eye(3), atol=1e-12)
+    assert projector_distance(B, ref) <= 1e-10

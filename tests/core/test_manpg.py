@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedep.core._kernels import manpg_clients
 from fedep.core.manpg import manpg_w_step, w_objective
 from fedep.core.ssn import ssn_direction
 from fedep.core.stiefel import projector_distance, random_stiefel
@@ -135,3 +136,27 @@ def test_compiled_w_step_property(n, r, beta, nu, seed):
     assert np.allclose(np.swapaxes(c.W, 1, 2) @ c.W, np.eye(r), atol=1e-10)
     F0 = w_objective(G, W0, Z, b, v)
     assert np.all(c.F <= F0 + 1e-9 * np.abs(F0))
+
+
+def test_compiled_w_step_compiles_one_signature_for_any_input_flags():
+    # Read-only, broadcast, scalar or non-contiguous inputs reach the kernel in one
+    # layout: a new signature would compile the whole W-step again (tens of seconds).
+    # (Before: an array ``beta`` reached it read-only, a scalar one writable.)
+    rng = np.random.default_rng(3)
+    G = np.concatenate([_gram(rng, n=8)[1], _gram(rng, n=8)[1]])
+    W0 = np.stack([random_stiefel(8, 2, rng), random_stiefel(8, 2, rng)])
+    two = np.array([0.5, 1.0])
+    manpg_w_step(G, W0, W0, two, two, max_iter=2, kernel="numba")
+    before = set(manpg_clients.signatures)
+    ro = two.copy()
+    ro.flags.writeable = False
+    Wf = np.stack([np.asfortranarray(w) for w in W0])
+    variants = [
+        (G, W0, W0, ro, ro),
+        (G, W0, W0, 0.5, 1.0),
+        (G, Wf.transpose(0, 2, 1).transpose(0, 2, 1), W0, np.broadcast_to(0.5, (2,)), 1.0),
+        (G.astype(np.float32), W0, W0, 0.5, 1.0),
+    ]
+    for args in variants:
+        manpg_w_step(*args, max_iter=2, kernel="numba")
+    assert set(manpg_clients.signatures) == before

@@ -534,3 +534,21 @@ def test_the_launcher_takes_signing_keys(tmp_path, monkeypatch):
     assert "sign-key" not in _plan([*base, "--out", tmp_path / "d"]).run_config
     with pytest.raises(UsageError, match="key file .* does not exist"):
         _plan([*base, "--out", tmp_path / "e", "--sign-key", tmp_path / "nope.pem"])
+
+
+@pytest.mark.parametrize(
+    "n, extra, says",
+    [
+        (2, [], "--secure-aggregation needs at least 3 gateways"),
+        (3, ["--aggregation", "median"], "aggregation='median' needs each one"),
+        (3, ["--trim-steps", "1"], "cannot run record trimming"),
+        (3, [], "--secure-aggregation with --train files needs --features numeric"),
+    ],
+)
+def test_secure_aggregation_refusals(tmp_path, monkeypatch, capsys, n, extra, says):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(n)]
+    argv = ["--gateways", n, "--train", *csvs, "--secure-aggregation", *extra]
+    rc, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert rc == 1, stderr
+    assert says in _one_line_error(stderr)
+    assert not (tmp_path / "run").exists()  # nothing was started

@@ -9,6 +9,9 @@ Commands::
                     [--top-features K] [--chunksize N]
     fedep evaluate  --model MODEL (--dataset NAME | --test PATH --label-column COL)
                     [--client-column COL] [--json]
+    fedep watch     PATH ... --model MODEL (--alerts FILE | --stdout) [--once] [--ecs]
+                    [--group-by F] [--summary-window S] [--recalibrate-rate R]
+                    (live logs to alerts, exactly once; docs/watch.md)
 
     fit, score, evaluate (and data summary) read CSV/TSV, Zeek TSV/JSON logs, Parquet,
     Feather and JSON, optionally compressed (``--format``, ``--delimiter``,
@@ -19,12 +22,14 @@ Commands::
     fedep reproduce --out DIR [--quick] [--data-dir DIR] [--datasets ...] [--seeds ...]
     fedep data verify  [--data-dir DIR]
     fedep data summary (--dataset NAME | --train PATH) --clients D --partition P
+    fedep warmup    [--quiet]   (compile the numba kernels once, ahead of the first fit)
     fedep --version
 
 One module per command (:mod:`~fedep.cli.fit`, :mod:`~fedep.cli.score`,
 :mod:`~fedep.cli.evaluate`, :mod:`~fedep.cli.federate`, :mod:`~fedep.cli.reproduce`,
-:mod:`~fedep.cli.data`); they only parse arguments, move data between files and the
-library and print (``federate``'s processes are run by :mod:`fedep.flower.deployment`). The
+:mod:`~fedep.cli.data`, :mod:`~fedep.cli.watch`); they only parse arguments, move data
+between files and the library and print (``federate``'s processes are run by
+:mod:`fedep.flower.deployment`; ``watch``'s loop is :class:`fedep.live.Watcher`). The
 estimator options of ``fit`` are generated from the estimators (:mod:`fedep.params`),
 CSV streaming lives in :mod:`fedep.data.stream`, evaluation in
 :mod:`fedep.evaluation.evaluate`.

@@ -25,6 +25,10 @@ PROG = "fedep"
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("fedep.cli.fit", "train a detector on flow records and save it"),
     "score": ("fedep.cli.score", "score every row of a flow-record file"),
+    "watch": (
+        "fedep.cli.watch",
+        "follow live logs (Zeek, JSON lines) and write alerts as records are written",
+    ),
     "evaluate": ("fedep.cli.evaluate", "detection metrics of a model on labelled test data"),
     "federate": (
         "fedep.cli.federate",
@@ -32,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": ("fedep.cli.reproduce", "rerun the paper's experiments"),
     "data": ("fedep.cli.data", "check the dataset files; summarise a partition"),
+    "warmup": ("fedep.cli.warmup", "compile the numerical kernels now, not in the first fit"),
 }
 
 #: ``--method``'s values in words (``fit``, ``federate``).
@@ -386,6 +391,12 @@ def signing_key_text(option: str | None) -> str | None:
     return option or os.environ.get(SIGNING_KEY_ENV) or None
 
 
+def verify_key_text(option: str | None) -> str | None:
+    """The key to verify models with: the option, else :data:`VERIFY_KEY_ENV`, else
+    :data:`SIGNING_KEY_ENV` (None: none configured)."""
+    return option or os.environ.get(VERIFY_KEY_ENV) or os.environ.get(SIGNING_KEY_ENV) or None
+
+
 def add_model_options(p) -> None:
     """``--model`` and the options that authenticate it (score, evaluate, watch)."""
     p.add_argument("--model", required=True, metavar="MODEL", help="model file from fedep fit")
@@ -425,8 +436,7 @@ def load_model(path, verify_key: str | None = None, require_signature: bool = Fa
     from fedep.modelfile.readwrite import signature_scheme
     from fedep.modelfile.signing import parse_key
 
-    text = verify_key or os.environ.get(VERIFY_KEY_ENV) or os.environ.get(SIGNING_KEY_ENV)
-    key = parse_key(text or None)
+    key = parse_key(verify_key_text(verify_key))
     required = bool(require_signature) or env_flag(REQUIRE_SIGNATURE_ENV)
     if required and key is None:
         raise UsageError(

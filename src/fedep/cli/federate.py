@@ -58,10 +58,12 @@ from fedep.cli._common import (
     methods_text,
     positive_int,
 )
+from fedep.cli._federate_roles import add_role_options, check_local_only, run_role
 from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
 from fedep.data.readers import check_distinct_gateways, gateway_files
 from fedep.detectors import METHODS, make_estimator
+from fedep.federation.privacy import DP_PARAMS
 from fedep.flower.deployment import (
     FederationPlan,
     Interrupted,
@@ -72,6 +74,7 @@ from fedep.flower.deployment import (
     run_local_federation,
     stale_results,
 )
+from fedep.flower.secure_rules import MIN_GATEWAYS, check_secure_aggregation
 from fedep.modelfile.signing import write_public_key
 from fedep.params import (
     make_pipeline,
@@ -95,8 +98,10 @@ def federated_methods() -> dict[str, type]:
 
 
 def federated_param_table() -> dict:
-    """The parameter table of the federated methods' estimators (:mod:`fedep.params`)."""
-    return param_table(list(dict.fromkeys(federated_methods().values())))
+    """The parameter table of the federated methods' estimators (:mod:`fedep.params`),
+    less differential privacy's (in-process fits only: the Flower run refuses them)."""
+    table = param_table(list(dict.fromkeys(federated_methods().values())))
+    return {k: v for k, v in table.items() if k not in DP_PARAMS}
 
 
 def register(sub) -> None:
@@ -104,10 +109,17 @@ def register(sub) -> None:
     p = command_parser(
         sub,
         "federate",
-        usage="fedep federate (--dataset NAME --gateways N | --train PATH ...) [options]",
+        usage="fedep federate (--dataset NAME --gateways N | --train PATH ...) [options]\n"
+        "       fedep federate --role server --superlink HOST:PORT --certs DIR "
+        "--gateways N [--gateway-keys PUB ...] [options]\n"
+        "       fedep federate --role gateway --superlink HOST:PORT --certs DIR "
+        "--node-key KEY --train FILE [--once]\n"
+        "       fedep federate --role keys --certs DIR --server-name HOST | "
+        "--node-key KEY",
         description="Start a Flower SuperLink and one SuperNode per gateway on 127.0.0.1, "
-        "run the federation,\nwrite each gateway's model and stop every process.\n\n"
-        + methods_text(methods),
+        "run the federation,\nwrite each gateway's model and stop every process; or, "
+        "with --role, one machine's part\nof a federation across machines "
+        "(docs/deployment.md).\n\n" + methods_text(methods),
         epilog="example:\n  fedep federate --dataset nsl-kdd --gateways 3 --max-rows 3000 "
         "--out runs/flower\nExit status: 0 when every gateway took part to the end; 1 for a "
         "bad value or a failed\nrun or gateway; 130 when interrupted (every process is "
@@ -120,7 +132,7 @@ def register(sub) -> None:
     )
     add_method_option(p, methods)
     g = p.add_argument_group("data")
-    src = g.add_mutually_exclusive_group(required=True)
+    src = g.add_mutually_exclusive_group()
     src.add_argument(
         "--dataset",
         type=dataset_name,
@@ -198,6 +210,19 @@ def register(sub) -> None:
         "the PEM's public key, written to --out as server-key.pub)",
     )
     f.add_argument(
+        "--secure-aggregation",
+        action="store_true",
+        help="SecAgg+: the server sees only sums of the gateways' statistics and rounds "
+        "(3 gateways or more; see docs/privacy.md)",
+    )
+    f.add_argument(
+        "--isolation",
+        choices=["process", "subprocess"],
+        default="process",
+        help="how a SuperNode runs its gateway's messages: process (default: one "
+        "long-running fedep executor), subprocess (Flower's: a process per message)",
+    )
+    f.add_argument(
         "--overwrite",
         action="store_true",
         help="remove an earlier run's result.json and gateway-*.fedep from --out",
@@ -207,6 +232,7 @@ def register(sub) -> None:
         action="store_true",
         help="exit 0 even when some gateways failed (listed in result.json)",
     )
+    add_role_options(p)
     add_estimator_options(p, pipeline_table(), federated_param_table())
     p.set_defaults(func=cmd_federate)
 
@@ -284,6 +310,19 @@ def _run_settings(args) -> dict:
     }
 
 
+def _check_secure(args, n: int, tables: bool) -> None:
+    """Refuse (one line) what secure aggregation cannot do, before anything starts."""
+    if n < MIN_GATEWAYS:
+        raise UsageError(f"--secure-aggregation needs at least {MIN_GATEWAYS} gateways; got {n}")
+    est = make_estimator(args.method, params_from_args(args, federated_param_table()))
+    check_secure_aggregation(est)
+    if tables and est.features == "auto":
+        raise UsageError(
+            "--secure-aggregation with --train files needs --features numeric: the "
+            "feature pipeline's column summaries cannot be summed securely"
+        )
+
+
 def output_folder(arg: str | None, overwrite: bool) -> Path:
     """The output folder, absolute, without an earlier run's results.
 
@@ -334,6 +373,8 @@ def plan(args: argparse.Namespace) -> FederationPlan:
     if args.min_clients > n:
         raise UsageError(f"--min-clients must be in [1, {n}]; got {args.min_clients}")
     settings = _run_settings(args)
+    if args.secure_aggregation:
+        _check_secure(args, n, "files" in sources)
     sign = _key_option(getattr(args, "sign_key", None) or os.environ.get(SIGNING_KEY_ENV))
     verify = _key_option(getattr(args, "verify_key", None))
     if verify is not None and sign is None:
@@ -354,6 +395,8 @@ def plan(args: argparse.Namespace) -> FederationPlan:
         rc["sign-key"] = sign
         for cfg in nodes:
             cfg["verify-key"] = verify
+    if args.secure_aggregation:
+        rc["secure-aggregation"] = True
     return FederationPlan(nodes, rc, out)
 
 
@@ -398,6 +441,11 @@ def cmd_federate(args) -> int:
     missing = missing_flower()  # before plan(): a refusal leaves no --out folder behind
     if missing is not None:
         raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
+    if args.role != "local":
+        return run_role(args, _run_settings, output_folder, _print_result, _gateway_sources)
+    check_local_only(args)
+    if args.train is None and args.dataset is None:
+        raise UsageError("give --dataset NAME --gateways N, or --train PATH ...")
     fed = plan(args)
     # on stderr, flushed: with stdout redirected a run of minutes is not silent
     info(
@@ -406,7 +454,10 @@ def cmd_federate(args) -> int:
     )
     try:
         outcome = run_local_federation(
-            fed, poll_interval=args.poll_interval or None, timeout=args.timeout
+            fed,
+            poll_interval=args.poll_interval or None,
+            timeout=args.timeout,
+            isolation=args.isolation,
         )
     except Interrupted as exc:
         name = signal.Signals(exc.signum).name

@@ -219,6 +219,12 @@ def cmd_fit(args) -> int:
             "estimated from their scores without labels (the threshold is their "
             f"{100 * (1 - det.contamination_):.2f}th percentile)"
         )
+    if getattr(det, "dp_epsilon_", None) is not None:
+        print(
+            f"differential privacy: epsilon {det.dp_epsilon_:.4g} at delta "
+            f"{det.dp_delta_:.3g} for one record (noise multiplier "
+            f"{det.dp_noise_multiplier_:.4g} on every release; see docs/privacy.md)"
+        )
     changed = non_default_params(det)
     shown = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     print(f"{type(det).__name__} parameters (non-default): {shown}")

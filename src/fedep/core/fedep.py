@@ -47,13 +47,12 @@ mu, nu     ``mu``, ``nu``         penalties (``nu`` per client)
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from fedep.core import _kernels
+from fedep.core._threads import single_threaded_blas as _single_threaded_blas
 from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import l21_norm, prox_l1
@@ -67,33 +66,6 @@ __all__ = [
     "consensus_terms",
     "gram_sketch",
 ]
-
-
-def _single_threaded_blas(fn):
-    """Run a client computation with one BLAS thread.
-
-    The per-client products here are small (a few thousand rows by tens of columns);
-    a threaded BLAS gains nothing on them and, on a machine whose cores are busy,
-    stalls in its thread hand-offs (measured: a 4096 x 34 Gram 400x slower with two
-    OpenBLAS threads on a loaded 2-core machine than with one).
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with _blas_controller().limit(limits=1, user_api="blas"):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-@functools.cache
-def _blas_controller() -> ThreadpoolController:
-    # Built once: inspecting the loaded libraries costs ~0.3 ms, which a per-round
-    # `threadpool_limits` would pay every round. SciPy's BLAS is loaded first so
-    # that the controller sees it as well as NumPy's.
-    import scipy.linalg  # noqa: F401
-
-    return ThreadpoolController()
 
 
 #: Floor of the curvature weight per record (``nu_i >= nu * CURVATURE_FLOOR * N_i``).
@@ -170,6 +142,10 @@ class RoundReport:
     #: (d, n, k) sketches of the clients' cleaned records ``U_i`` when the round asked
     #: for them (``local_round(..., sketch_rank=k)``), else None.
     sketch: np.ndarray | None = None
+    #: The clients' round sums (:func:`fedep.federation.server.round_sums`) when a
+    #: transport sums securely and the server sees no single client's ``W``, ``Pi``,
+    #: ``nu`` (then ``W``, ``Pi``, ``nu`` and ``metrics`` are empty).
+    sums: dict[str, np.ndarray] | None = None
 
 
 def aggregate_consensus(W: np.ndarray, Pi: np.ndarray, nu: np.ndarray) -> np.ndarray:

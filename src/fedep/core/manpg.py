@@ -175,7 +175,9 @@ def manpg_w_step(
         ssn_iter = np.zeros(d, dtype=np.int64)
         dnorm = np.empty(d)
         stop = np.empty(d, dtype=np.int64)
-        as_f = functools.partial(np.ascontiguousarray, dtype=float)
+        # One compiled signature: every array C-contiguous, float64 and writable (a
+        # read-only broadcast ``beta`` would otherwise compile the kernel a second time).
+        as_f = functools.partial(np.require, dtype=float, requirements=["C", "W"])
         compiled(
             as_f(G), as_f(W0), as_f(Z), as_f(beta), as_f(nu), as_f(Lam), as_f(t),
             int(max_iter), float(tol), float(gamma), int(max_backtrack), float(ssn_tol),

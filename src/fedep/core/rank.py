@@ -37,6 +37,8 @@ import numpy as np
 from scipy.integrate import quad
 from scipy.optimize import brentq
 
+from fedep.core._threads import blas_threads
+
 __all__ = [
     "RankChoice",
     "client_gram",
@@ -105,7 +107,8 @@ def client_gram(
             Z = Z - mean
         if scale is not None:
             Z = Z / scale
-        G += Z.T @ Z
+        with blas_threads(2.0 * Z.shape[0] * n * n):
+            G += Z.T @ Z
     return G
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedep.core._threads import blas_threads
+
 __all__ = ["residuals", "residual_energy", "feature_contributions"]
 
 
@@ -29,13 +31,16 @@ def residual_energy(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     large training set (every fit scores its records) adds no copy of it to the peak.
     """
     out = np.empty(X.shape[0])
-    for start in range(0, X.shape[0], ENERGY_BLOCK_ROWS):
-        R = residuals(X[start : start + ENERGY_BLOCK_ROWS], B)
-        out[start : start + ENERGY_BLOCK_ROWS] = np.einsum("ij,ij->i", R, R)
+    block = min(X.shape[0], ENERGY_BLOCK_ROWS)
+    with blas_threads(4.0 * block * B.shape[0] * B.shape[1]):
+        for start in range(0, X.shape[0], ENERGY_BLOCK_ROWS):
+            R = residuals(X[start : start + ENERGY_BLOCK_ROWS], B)
+            out[start : start + ENERGY_BLOCK_ROWS] = np.einsum("ij,ij->i", R, R)
     return out
 
 
 def feature_contributions(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     """Per-feature squared residuals (rows sum to :func:`residual_energy`)."""
-    R = residuals(X, B)
+    with blas_threads(4.0 * X.shape[0] * B.shape[0] * B.shape[1]):
+        R = residuals(X, B)
     return np.square(R, out=R)

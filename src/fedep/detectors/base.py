@@ -8,6 +8,7 @@ One definition of a fitted detector (:meth:`BaseFederatedDetector.set_fitted` th
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 import warnings
@@ -37,6 +38,7 @@ from fedep.data.readers.frames import release_arrow_memory
 from fedep.detectors.driver import check_rank, fit_gateways
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways
+from fedep.federation.privacy import PrivateGateways, check_private, is_private
 from fedep.params import validate_params
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -226,10 +228,15 @@ class BaseFederatedDetector(BaseEstimator):
         labels, blocks, order = self._split_clients(X, groups)
         del X  # the blocks hold the rows (views of X where they can): one copy, not two
         names = getattr(self, "feature_names_in_", None)
-        gateways = LocalGateways(labels, blocks, pipe, feature_names=names)
+        gateways = self._local_gateways(labels, blocks, pipe, names)
         t0 = time.perf_counter()
         out = fit_gateways(self, gateways, on_round=getattr(self, "callback", None))
         self.fit_time_ = time.perf_counter() - t0
+        if getattr(self, "dp_epsilon", None) is not None:  # the privacy spent
+            private = isinstance(gateways, PrivateGateways)
+            self.dp_epsilon_ = gateways.epsilon_spent() if private else math.inf
+            self.dp_delta_ = float(self.dp_delta)
+            self.dp_noise_multiplier_ = gateways.z if private else 0.0
         self.set_fitted(
             components=out.components,
             client_components=np.swapaxes(out.client_bases, 1, 2),
@@ -243,6 +250,28 @@ class BaseFederatedDetector(BaseEstimator):
         )
         self.fit_thresholds(None, gateways.standardized(out.std), order)
         return self
+
+    def _local_gateways(self, labels, blocks, pipe, names) -> LocalGateways:
+        """The in-process gateways: with ``dp_epsilon`` (finite), gateways that clip and
+        noise every release (:class:`~fedep.federation.privacy.PrivateGateways`)."""
+        if not is_private(self):
+            return LocalGateways(labels, blocks, pipe, feature_names=names)
+        check_private(self, pipe)
+        seed = self.random_state
+        if isinstance(seed, numbers.Integral):  # a stream apart from the fit's own
+            seed = [int(seed), 0xD9]
+        oneshot = getattr(self, "init", "random") == "oneshot"
+        return PrivateGateways(
+            labels,
+            blocks,
+            epsilon=float(self.dp_epsilon),
+            delta=float(self.dp_delta),
+            clip=float(self.dp_clip),
+            releases=int(self.n_rounds) + 1 + int(oneshot),
+            method=self.server_step,
+            rng=np.random.default_rng(seed),
+            feature_names=names,
+        )
 
     def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True):
         """The fit on the gateways' kept records, standardised by ``std`` (hook of
@@ -498,7 +527,9 @@ class BaseFederatedDetector(BaseEstimator):
         pipe = getattr(self, "features_", None)
         if pipe is None:
             X = validate_data(self, X, dtype=np.float64, reset=False)
-            return (X - self.mean_) / self.scale_
+            Z = np.subtract(X, self.mean_)
+            Z /= self.scale_  # in place: one n x d temporary, not two
+            return Z
         import pandas as pd
 
         if not isinstance(X, pd.DataFrame):

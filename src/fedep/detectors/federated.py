@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from numbers import Real
 
@@ -240,8 +241,22 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         with 20% attacks in the training traffic (NSL-KDD, UNSW-NB15), ``"all"``
         better on clean UNSW-NB15 and with 10-20% on TON-IoT (see
         :mod:`fedep.core.trimming`).
+    dp_epsilon : float or None, default=None
+        Differential privacy (in-process fits): every gateway adds Gaussian noise to
+        what it releases (its moments, its one-shot sketch and each round's proposal,
+        each clipped), calibrated so that the whole fit spends ``dp_epsilon`` at
+        ``dp_delta`` for one record (see :mod:`fedep.core.privacy`; docs/privacy.md).
+        Needs ``dp_clip``, an integer ``n_components``, ``tol=0``, ``trim_steps=0``,
+        ``aggregation="mean"``; the rounds send no metric and every gateway weighs the
+        same. ``inf``: no noise, the plain fit (reported as ``dp_epsilon_ = inf``).
+        None: off.
+    dp_delta : float in (0, 1), default=1e-5
+        The ``delta`` of the privacy guarantee.
+    dp_clip : float or None, default=None
+        With ``dp_epsilon``: each record is scaled down to L2 norm at most ``dp_clip``
+        (in the input's units) before anything is computed from it.
     random_state : int, Generator or None, default=None
-        Seeds the initial basis and client sampling.
+        Seeds the initial basis, client sampling and the privacy noise.
     callback : callable or None, default=None
         ``callback(round, V, record)`` after each round, with the consensus ``V``
         (n_features, n_components) in standardised units (``mean_`` and ``scale_``
@@ -250,6 +265,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
 
     Attributes
     ----------
+    dp_epsilon_, dp_delta_, dp_noise_multiplier_ : float
+        With ``dp_epsilon``: the privacy loss the fit spent (RDP accountant over its
+        releases), its ``delta`` and the noise multiplier of every release.
     n_components_ : int
         The rank used (``n_components``, or the one chosen for ``"auto"``).
     rank_reason_ : str
@@ -290,7 +308,14 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         :data:`fedep.federation.rounds.STOP_REASONS`).
     """
 
-    persisted_scalars = (*BaseFederatedDetector.persisted_scalars, "n_iter_", "stop_reason_")
+    persisted_scalars = (
+        *BaseFederatedDetector.persisted_scalars,
+        "n_iter_",
+        "stop_reason_",
+        "dp_epsilon_",
+        "dp_delta_",
+        "dp_noise_multiplier_",
+    )
     server_step = "fedep"
     _parameter_constraints: dict = {
         **_COMMON_CONSTRAINTS,
@@ -305,6 +330,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         "aggregation": [StrOptions(set(AGGREGATIONS))],
         "inner_max_iter": _POSITIVE_INT,
         "remerge": ["boolean"],
+        "dp_epsilon": [Interval(Real, 0.0, None, closed="right"), None],
+        "dp_delta": [Interval(Real, 0.0, 1.0, closed="neither")],
+        "dp_clip": [Interval(Real, 0.0, None, closed="neither"), None],
     }
     _parameter_summaries: dict = {
         **_COMMON_SUMMARIES,
@@ -316,6 +344,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         "sparse_corruption": "model sparse corruption S (off: S = 0)",
         "inner_max_iter": "manifold proximal-gradient steps per round (T_max)",
         "remerge": "restart from re-merged cleaned sketches in the first rounds",
+        "dp_epsilon": "differential privacy: the fit's privacy loss (none: off)",
+        "dp_delta": "the delta of the differential-privacy guarantee",
+        "dp_clip": "with dp-epsilon: each record clipped to this L2 norm",
     }
 
     def __init__(
@@ -342,6 +373,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         trim_steps=0,
         trim_share=None,
         trim_start="all",
+        dp_epsilon=None,
+        dp_delta=1e-5,
+        dp_clip=None,
         random_state=None,
         callback=None,
     ):
@@ -366,12 +400,17 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.trim_steps = trim_steps
         self.trim_share = trim_share
         self.trim_start = trim_start
+        self.dp_epsilon = dp_epsilon
+        self.dp_delta = dp_delta
+        self.dp_clip = dp_clip
         self.random_state = random_state
         self.callback = callback
 
     def _remerges(self) -> bool:
-        # Without S the cleaned records are the raw ones: nothing to re-merge.
-        return bool(self.remerge and self.sparse_corruption)
+        # Without S the cleaned records are the raw ones: nothing to re-merge; under
+        # differential privacy the rounds send no sketch.
+        private = self.dp_epsilon is not None and math.isfinite(self.dp_epsilon)
+        return bool(self.remerge and self.sparse_corruption and not private)
 
     def cohort_spec(self) -> dict:
         settings = FedEPSettings(

@@ -13,7 +13,16 @@ import numpy as np
 from fedep.core.aggregation import robust_step
 from fedep.core.fedep import RoundReport, consensus_terms
 
-__all__ = ["REQUIRED_METRICS", "merge_reports", "out_of_scale", "server_round", "validate_report"]
+__all__ = [
+    "REQUIRED_METRICS",
+    "ROUND_SCALARS",
+    "merge_reports",
+    "out_of_scale",
+    "round_sums",
+    "server_round",
+    "server_round_from_sums",
+    "validate_report",
+]
 
 #: The round metrics :func:`server_round` reads (every report must carry them).
 REQUIRED_METRICS = (
@@ -147,6 +156,10 @@ def server_round(
         run open. ``n_downweighted`` / ``downweighted``: how many and which (positions
         in ``rep``) were left out or down-weighted (0 / [] for ``"mean"``).
     """
+    if rep.sums is not None:
+        if aggregation != "mean":
+            raise ValueError(f"aggregation={aggregation!r} needs each client's proposal, not sums")
+        return server_round_from_sums(method, rep.sums, V_prev)
     step = robust_step(method, rep.W, rep.Pi, rep.nu, aggregation)
     V, kept = step.V, step.kept
     # The paper's L^{k+1} holds the multipliers after this round's dual ascent,
@@ -205,5 +218,102 @@ def server_round(
         "n_downweighted": int(kept.size - np.count_nonzero(kept)),
         "downweighted": np.flatnonzero(~kept).tolist(),
         **step.info,
+    }
+    return V, record
+
+
+#: The scalars of :func:`round_sums` (``s``), in order: sums over the clients.
+ROUND_SCALARS = (
+    "n_clients nu nu2 nu_w2 w2 pi_w objective lagrangian data_residual2 x_norm2 grad_scale2 "
+    "manpg_iter ssn_iter"
+).split()
+
+
+def round_sums(rep: RoundReport) -> dict[str, np.ndarray]:
+    """What the server step needs from a round, as sums over the clients of ``rep``.
+
+    Every quantity of :func:`server_round` with ``aggregation="mean"`` is a function
+    of these sums and the new ``V`` (the residuals expand:
+    ``sum_i nu_i ||W_i - V||^2 = sum_i nu_i ||W_i||^2 - 2 <sum_i nu_i W_i, V> +
+    sum_i nu_i ||V||^2``), so a client can send its own sums before ``V`` is known,
+    and a secure sum of the clients' sums gives the server the round and nothing of
+    a single client (:func:`server_round_from_sums`).
+
+    Returns
+    -------
+    dict
+        ``nuW``, ``Pi``, ``W``: ``sum_i nu_i W_i``, ``sum_i Pi_i``, ``sum_i W_i``,
+        each (n, r); ``s``: the :data:`ROUND_SCALARS` (13,).
+    """
+    nu = np.asarray(rep.nu, dtype=float)
+    m = rep.metrics
+    w2 = np.einsum("kij,kij->k", rep.W, rep.W)
+    s = [
+        float(nu.size),
+        nu.sum(),
+        (nu**2).sum(),
+        (nu * w2).sum(),
+        w2.sum(),
+        np.einsum("kij,kij->", rep.Pi, rep.W),
+        np.sum(m["fit"] + m["l1"] + m["l21"]),
+        np.sum(m["projection"] + m["l1"] + m["l21"] + m["lam_terms"]),
+        np.sum(np.square(m["data_residual"])),
+        np.sum(m["x_norm2"]),
+        np.sum(np.square(m["grad_scale"])),
+        np.sum(m["manpg_iter"]),
+        np.sum(m["ssn_iter"]),
+    ]
+    return {
+        "nuW": np.tensordot(nu, rep.W, axes=1),
+        "Pi": rep.Pi.sum(axis=0),
+        "W": rep.W.sum(axis=0),
+        "s": np.array(s, dtype=float),
+    }
+
+
+def server_round_from_sums(
+    method: str, sums: dict[str, np.ndarray], V_prev: np.ndarray
+) -> tuple[np.ndarray, dict]:
+    """:func:`server_round` with ``aggregation="mean"`` from the clients' summed
+    :func:`round_sums` alone: the same ``V`` and record, up to round-off (tested) and,
+    under secure aggregation, up to the quantisation of the sums.
+
+    FedEP's V-step is ``(sum nu_i W_i + sum Pi_i) / sum nu_i``; FedPG's the
+    ``nu``-weighted mean of the bases (the plain mean when the weights are equal).
+    ``downweighted`` is empty: no client is told apart.
+    """
+    s = dict(zip(ROUND_SCALARS, np.asarray(sums["s"], dtype=float).tolist(), strict=True))
+    nuW, Pi, W = sums["nuW"], sums["Pi"], sums["W"]
+    k, nu_sum = s["n_clients"], s["nu"]
+    V = nuW / nu_sum if method == "fedpg" else (nuW + Pi) / nu_sum
+    r = V.shape[1]
+    v2 = float(np.sum(V * V))
+    # sum_i nu_i ||W_i - V||^2 and sum_i ||W_i - V||^2 (clipped at 0: round-off)
+    nu_sq = max(s["nu_w2"] - 2.0 * float(np.sum(nuW * V)) + nu_sum * v2, 0.0)
+    sq = max(s["w2"] - 2.0 * float(np.sum(W * V)) + k * v2, 0.0)
+    pi_diff = s["pi_w"] - float(np.sum(Pi * V))  # sum_i <Pi_i, W_i - V>
+    # FedEP's recorded Lagrangian holds Pi^{k+1} = Pi + nu (W - V) (see server_round)
+    cterm = pi_diff + (1.5 if method != "fedpg" else 0.5) * nu_sq
+    xnorm = float(np.sqrt(max(s["x_norm2"], 0.0)))
+    dres = float(np.sqrt(max(s["data_residual2"], 0.0)))
+    record = {
+        "n_clients": int(round(k)),
+        "objective": s["objective"],
+        "augmented_lagrangian": s["lagrangian"] + cterm,
+        "data_energy": s["x_norm2"],
+        "consensus_residual": float(np.sqrt(sq)),
+        "consensus_residual_rel": float(np.sqrt(nu_sq / nu_sum / r)),
+        "data_residual": dres,
+        "data_residual_rel": dres / max(xnorm, 1e-300),
+        "v_change": float(np.linalg.norm(V - V_prev) / np.sqrt(r)),
+        "dual_residual_rel": float(
+            np.linalg.norm(V - V_prev)
+            * np.sqrt(max(s["nu2"], 0.0))
+            / max(np.sqrt(max(s["grad_scale2"], 0.0)), 1e-300)
+        ),
+        "manpg_iter": s["manpg_iter"] / max(k, 1.0),
+        "ssn_iter": s["ssn_iter"],
+        "n_downweighted": 0,
+        "downweighted": [],
     }
     return V, record

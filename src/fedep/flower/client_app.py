@@ -1,9 +1,11 @@
 """The gateway side: a Flower ClientApp holding a FedEP/FedPG cohort of one client.
 
 Flower 1.42 runs each message in a fresh ``flwr-clientapp`` process (subprocess
-isolation), so the gateway's personalised state (records, ``W_i``, ``S_i``, ``U_i``,
-duals, Gram matrix) lives in ``context.state``, which the SuperNode keeps on the
-gateway between messages of a run and never sends to the SuperLink.
+isolation), or, under ``fedep federate``, in one long-running executor per gateway
+(:mod:`fedep.flower.executor`); either way the gateway's personalised state (records,
+``W_i``, ``S_i``, ``U_i``, duals, Gram matrix) lives in ``context.state``, which the
+SuperNode keeps on the gateway between messages of a run and never sends to the
+SuperLink.
 
 Imports are at module level. An import inside a function body is there only where
 start-up time needs it, with a comment saying so, never to hide an import circle. Here:
@@ -30,6 +32,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fedep.core.baselines import client_sketch
 from fedep.core.cohort import make_cohort
@@ -43,6 +46,7 @@ from fedep.core.trimming import (
     record_values,
 )
 from fedep.federation.rounds import FederationResult
+from fedep.federation.server import round_sums
 from fedep.flower.gateway_data import (
     GatewayDataError,
     holds_table,
@@ -50,6 +54,7 @@ from fedep.flower.gateway_data import (
     load_gateway_table,
 )
 from fedep.flower.messages import arrays_of, to_array_record, verify_message
+from fedep.flower.secagg import SECSUM, gateway_secure_reply
 from fedep.modelfile.signing import parse_key
 
 __all__ = ["app", "gateway_model"]
@@ -210,6 +215,21 @@ def moments(msg: Message, context: Context) -> Message:
     """
     feats = _json_of(msg, "features")
     mode = feats.get("mode", "numeric")
+    if mode == "count":  # secure aggregation: the enrolment only, the moments come summed
+        if feats.get("auto") and holds_table(context.node_config):
+            mode = "auto"
+        else:
+            try:
+                X, meta = _ensure_data(context)
+            except ValueError as exc:
+                return _data_error(msg, exc, context)
+            content = RecordDict(
+                {
+                    "count": MetricRecord({"count": X.shape[0], "n-features": X.shape[1]}),
+                    "client": ConfigRecord({"label": meta["label"]}),
+                }
+            )
+            return Message(content, reply_to=msg)
     if _KEEP in context.state.array_records:
         del context.state[_KEEP]  # a new fit keeps every record until trimming says
     try:
@@ -399,10 +419,38 @@ def setup(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
-@app.train()
-@_verified
-def train(msg: Message, context: Context) -> Message:
-    """One local round: the core's ``local_round`` on this gateway's cohort of one."""
+def _secure_values(msg: Message, context: Context) -> dict[str, np.ndarray]:
+    """What this gateway adds to a secure sum (:mod:`fedep.flower.secagg`), by the
+    query's ``what``: ``moments`` (the sum of its records, then ``m2``, the sum of
+    squared deviations from the federated mean), ``gram`` (``Z^T Z``), ``sketch``
+    (``B B^T`` of its one-shot sketch ``B``) or ``round`` (one local round's
+    :func:`~fedep.federation.server.round_sums`, with ``B B^T`` of its cleaned
+    sketch when the round asks for it)."""
+    q = _json_of(msg, SECSUM)
+    what = q.get("what")
+    if what == "round":
+        rep = _local_round(msg, context)
+        out = round_sums(rep)
+        if rep.sketch is not None:
+            out["BB"] = rep.sketch[0] @ rep.sketch[0].T
+        return out
+    X, _ = _ensure_data(context)
+    if what == "moments":
+        return {"n": np.array([float(X.shape[0])]), "sum": X.sum(axis=0)}
+    if what == "m2":
+        mean = arrays_of(msg.content["std"])["mean"]
+        return {"m2": np.square(X - mean).sum(axis=0)}
+    if what == "gram":
+        std = arrays_of(msg.content["std"])
+        return {"G": client_gram(X, std["mean"], std["scale"])}
+    if what == "sketch":
+        B = client_sketch(_kept_block(context), int(q["rank"]))
+        return {"BB": B @ B.T}
+    raise ValueError(f"unknown secure sum {what!r}")
+
+
+def _local_round(msg: Message, context: Context):
+    """The core's ``local_round`` on this gateway's cohort of one (state kept)."""
     V = arrays_of(msg.content["global"])["V"]
     init = msg.content.array_records.get("init")
     cohort = _load_cohort(context, V if init is None else arrays_of(init)["V0"])
@@ -413,6 +461,19 @@ def train(msg: Message, context: Context) -> Message:
     kw = {"restart": restart, "sketch_rank": k} if (restart or k) else {}
     rep = cohort.local_round(V, **kw)
     context.state[_COHORT] = to_array_record(**cohort.state_arrays())
+    return rep
+
+
+@app.train()
+@_verified
+def train(msg: Message, context: Context) -> Message:
+    """One local round (or one stage of a secure sum, :func:`_secure_values`)."""
+    if RECORD_KEY_CONFIGS in msg.content.config_records:
+        try:
+            return gateway_secure_reply(msg, context, _secure_values)
+        except GatewayDataError as exc:
+            return _data_error(msg, exc, context)
+    rep = _local_round(msg, context)
     metrics = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in rep.metrics.items()}
     local = {"W": rep.W, "Pi": rep.Pi, "nu": np.asarray(rep.nu, dtype=float)}
     if rep.sketch is not None:
@@ -475,15 +536,8 @@ def finalize(msg: Message, context: Context) -> Message:
 
         Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
         save_model(det, str(path))  # atomic: the file is whole or absent
-    content = RecordDict(
-        {
-            "metrics": MetricRecord(
-                {
-                    "threshold": float(det.threshold_),
-                    "client-threshold": float(det.client_thresholds_[0]),
-                    "saved": int(bool(path)),
-                }
-            )
-        }
-    )
-    return Message(content, reply_to=msg)
+    metrics = {"saved": int(bool(path))}
+    if not info.get("secure_aggregation"):  # under secure aggregation they stay here
+        metrics["threshold"] = float(det.threshold_)
+        metrics["client-threshold"] = float(det.client_thresholds_[0])
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

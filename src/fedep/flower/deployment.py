@@ -20,12 +20,12 @@ user, not once per ClientApp process. Set ``NUMBA_CACHE_DIR`` (inherited by ever
 process of the deployment) to put the cache elsewhere, e.g. when ``HOME`` is not
 writable.
 
-For a real network, run the same commands on the machines themselves, with TLS
-(``flower-superlink --ssl-ca-certfile --ssl-certfile --ssl-keyfile``,
-``flower-supernode --root-certificates``) and node authentication
-(``--enable-supernode-auth`` on the SuperLink, ``flwr supernode register`` of every
-gateway's public key, ``--auth-supernode-private-key`` on the SuperNode), never
-``--insecure``.
+Each SuperNode runs with ``--isolation process`` beside a long-running ClientApp
+executor (:mod:`fedep.flower.executor`, :func:`executor_cmd`) by default; ``isolation=
+"subprocess"`` is Flower's own process per message.
+
+Across machines (TLS, SuperNode authentication, never ``--insecure``):
+:mod:`fedep.flower.roles` and ``docs/deployment.md``.
 """
 
 from __future__ import annotations
@@ -93,18 +93,27 @@ clientapp = "fedep.flower.client_app:app"
 MARKER_ENV = "FEDEP_LAUNCH_ID"
 
 #: ``flower-supernode`` with its idle wait between two pulls from the SuperLink (3 s,
-#: fixed in Flower 1.42) and its wait for a ClientApp reply (0.5 s) capped at
-#: ``argv[1]`` seconds; loopback only. Falls back to the plain SuperNode if Flower's
-#: internals differ.
+#: fixed in Flower 1.42) adaptive: 20 ms after a message (the next one of a run follows
+#: within a round trip), growing by half at each empty pull up to ``argv[1]`` seconds;
+#: and its wait for a ClientApp reply (0.5 s between two looks at its own in-memory
+#: state) capped at 10 ms. Falls back to the plain SuperNode if Flower's internals differ.
 _SUPERNODE_SHIM = """\
 import sys, time, types
 cap = float(sys.argv.pop(1))
+idle = [min(cap, 0.02)]
+def sleep(s):
+    if s >= 1:  # an empty pull: back off
+        time.sleep(idle[0])
+        idle[0] = min(cap, idle[0] * 1.5)
+    else:  # waiting for the reply to a message just pulled: look again soon
+        idle[0] = min(cap, 0.02)
+        time.sleep(min(s, cap, 0.01))
 try:
     import flwr.supernode.start_client_internal as sci
     if getattr(sci, "time", None) is time:
         fast = types.ModuleType("time")
         fast.__dict__.update(vars(time))
-        fast.sleep = lambda s: time.sleep(min(s, cap))
+        fast.sleep = sleep
         sci.time = fast
 except Exception:
     pass
@@ -159,11 +168,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _node_config(cfg: dict) -> str:
+def executor_cmd(runtime_port: int, parent_pid: int, root_certificates=None) -> list[str]:
+    """The command of the long-running ClientApp executor (:mod:`fedep.flower.executor`)
+    of a SuperNode in ``--isolation process`` mode serving its Runtime API on
+    ``127.0.0.1:runtime_port``."""
+    cmd = [sys.executable, "-m", "fedep.flower.executor"]
+    cmd += ["--runtime-api-address", f"127.0.0.1:{runtime_port}"]
+    cmd += ["--parent-pid", str(parent_pid)]
+    if root_certificates is not None:
+        cmd += ["--root-certificates", str(root_certificates)]
+    return cmd
+
+
+def node_config_text(cfg: dict) -> str:
     return " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: ANSI colour codes in Flower's logs.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def log_error(text: str) -> list[str]:
@@ -172,7 +194,7 @@ def log_error(text: str) -> list[str]:
     The last traceback's exception line, after the ``File ...`` line where it was
     raised; else the last line logged at ``ERROR``; ``[]`` when there is none.
     """
-    lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+    lines = [ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln.strip()]
     tb = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
     if tb:
@@ -256,11 +278,17 @@ class LocalDeployment:
         Longest idle wait of a SuperNode between two pulls from the SuperLink (Flower's
         default is 3 s, which adds up to 3 s to every message round); ``None`` keeps
         Flower's own.
+    isolation : {"process", "subprocess"}, default "process"
+        ``"process"``: each SuperNode runs with ``--isolation process`` beside one
+        long-running executor (:mod:`fedep.flower.executor`) that runs every message
+        in one process; ``"subprocess"``: Flower's default, a ClientApp process per
+        message.
     """
 
     node_configs: list[dict]
     workdir: Path
     poll_interval: float | None = 0.2
+    isolation: str = "process"
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     env: dict = field(default_factory=dict)
 
@@ -330,30 +358,37 @@ class LocalDeployment:
         )
         self._wait_port(self.port, "superlink")
         for i, cfg in enumerate(self.node_configs):
-            self._spawn(
+            runtime_port = free_port()
+            node = self._spawn(
                 f"supernode-{i}",
                 [
                     *self._supernode_cmd(),
                     "--insecure",
                     "--superlink",
                     f"127.0.0.1:{self.port}",
+                    "--isolation",
+                    self.isolation,
                     "--host",
                     "127.0.0.1",
                     "--port",
-                    str(free_port()),
+                    str(runtime_port),
                     "--node-config",
-                    _node_config(cfg),
+                    node_config_text(cfg),
                 ],
             )
+            if self.isolation == "process":
+                self._spawn(f"executor-{i}", executor_cmd(runtime_port, node.pid))
         return self
 
-    def _wait_port(self, port: int, name: str, timeout: float = 30.0) -> None:
+    def _wait_port(
+        self, port: int, name: str, timeout: float = 30.0, host: str = "127.0.0.1"
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.procs[name].poll() is not None:
                 raise RunFailed(f"{name} exited: {' | '.join(log_error(self.log(name)))}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+                if s.connect_ex((host, port)) == 0:
                     return
             time.sleep(0.1)
         raise TimeoutError(f"{name} did not open port {port} in {timeout} s")
@@ -441,8 +476,13 @@ class LocalDeployment:
         while not Path(path).exists():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no result after {timeout:g} s (see {self.workdir}/*.log)")
-            if self.procs["superlink"].poll() is not None:
+            if "superlink" in self.procs and self.procs["superlink"].poll() is not None:
                 raise RunFailed(f"superlink exited: {' | '.join(log_error(self.log('superlink')))}")
+            # a gateway that dies is the server's to record; no executor left is no run
+            execs = [n for n in self.procs if n.startswith("executor-")]
+            if execs and all(self.procs[n].poll() is not None for n in execs):
+                why = " | ".join(log_error(self.log(execs[0])))
+                raise RunFailed(f"every gateway's executor exited ({execs[0]}: {why})")
             run = self.procs.get("flwr-run")
             if run is not None and run.poll() is not None and not Path(path).exists():
                 time.sleep(0.5)
@@ -636,7 +676,11 @@ class RunOutcome:
 
 
 def run_local_federation(
-    plan: FederationPlan, *, poll_interval: float | None = 0.2, timeout: float = 3600.0
+    plan: FederationPlan,
+    *,
+    poll_interval: float | None = 0.2,
+    timeout: float = 3600.0,
+    isolation: str = "process",
 ) -> RunOutcome:
     """Start the deployment, run the federation, stop every process.
 
@@ -647,6 +691,8 @@ def run_local_federation(
         Longest idle wait of a SuperNode between pulls (:class:`LocalDeployment`).
     timeout : float, default 3600
         Seconds for the whole run.
+    isolation : {"process", "subprocess"}, default "process"
+        How the SuperNodes run their ClientApp (:class:`LocalDeployment`).
 
     Returns
     -------
@@ -661,7 +707,9 @@ def run_local_federation(
         results removed first.
     """
     with SignalGuard() as guard:
-        dep = LocalDeployment(plan.node_configs, plan.out, poll_interval=poll_interval)
+        dep = LocalDeployment(
+            plan.node_configs, plan.out, poll_interval=poll_interval, isolation=isolation
+        )
         result_path = Path(plan.out) / "result.json"
         res = error = None
         try:

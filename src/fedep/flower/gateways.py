@@ -52,6 +52,8 @@ from fedep.flower.checks import (
 )
 from fedep.flower.gateway_data import sort_labels
 from fedep.flower.messages import arrays_of, to_array_record
+from fedep.flower.secagg import SECSUM, SecureSum, secure_sum
+from fedep.flower.secure_rounds import factor, secure_round
 from fedep.flower.transport import Roster, ask, exchange
 
 __all__ = ["FlowerGateways", "RemoteClients", "RemoteCounts", "RemoteRecords"]
@@ -114,6 +116,11 @@ class FlowerGateways:
         sends (summaries, moments, Gram) must equal it.
     columns : dict of label -> int
         Each raw-table gateway's declared number of columns (bounds its summaries).
+    secure : bool
+        Secure aggregation (:mod:`fedep.flower.secagg`): the moments, the Gram
+        matrices, the sketches and every round come to the server as SecAgg+ sums only.
+    n_features : int or None
+        The numeric gateways' declared number of features (secure aggregation).
     """
 
     def __init__(
@@ -129,6 +136,8 @@ class FlowerGateways:
         first_moments: dict[str, Moments] | None = None,
         declared: dict[str, int] | None = None,
         columns: dict[str, int] | None = None,
+        secure: bool = False,
+        n_features: int | None = None,
     ):
         self.grid, self.roster, self.method = grid, roster, method
         self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
@@ -137,6 +146,7 @@ class FlowerGateways:
         # each gateway's record count (and table columns) declared at first contact
         self.declared = dict(declared or {})
         self.columns = dict(columns or {})
+        self.secure, self.n_features = bool(secure), n_features
         self._pipe: FeaturePipeline | None = None
         self._records: RemoteRecords | None = None
         self._clients: RemoteClients | None = None
@@ -165,6 +175,27 @@ class FlowerGateways:
             replies, phase, read, min_clients=self.min_clients, what=f"the {phase} phase"
         )
 
+    def _secure_sum(self, what: str, shapes: dict, *, group_id=None, **arrays) -> SecureSum:
+        """A SecAgg+ sum of the gateways' values ``what`` (:mod:`fedep.flower.secagg`);
+        the gateways that leave it leave the run."""
+        rd = RecordDict(
+            {SECSUM: ConfigRecord({"json": json.dumps({"what": what, **arrays.pop("query", {})})})}
+        )
+        for key, arrs in arrays.items():
+            rd[key] = to_array_record(**arrs)
+        out = secure_sum(
+            self.grid,
+            self.roster,
+            rd,
+            shapes,
+            phase=f"secure_{what}",
+            timeout=self.timeout,
+            min_clients=self.min_clients,
+            group_id=group_id,
+        )
+        self.roster.order = [lab for lab in self.roster.order if lab in out.labels]
+        return out
+
     def _reader(self, n_features: int):
         """A reader of moments of ``n_features`` features over the declared records."""
 
@@ -182,6 +213,7 @@ class FlowerGateways:
         features: str,
         timeout: float,
         min_clients: int,
+        secure: bool = False,
         **kw,
     ) -> FlowerGateways:
         """The first contact: every node's label and its moments (or, with
@@ -194,6 +226,8 @@ class FlowerGateways:
         does a run mixing raw tables with numeric sources.
         """
         content = RecordDict() if features != "auto" else _json_record("features", {"mode": "auto"})
+        if secure:  # the enrolment only: the moments come as a secure sum
+            content = _json_record("features", {"mode": "count", "auto": features == "auto"})
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
@@ -224,6 +258,14 @@ class FlowerGateways:
         by_label = [(lab, replies[roster.node_of[lab]]) for lab in roster.order]
         tables = [lab for lab, rep in by_label if "source" in rep.content]
         numeric = [lab for lab, _ in by_label if lab not in tables]
+        if tables and secure:
+            raise RuntimeError(
+                "secure aggregation: gateways "
+                + ", ".join(tables)
+                + " hold raw tables; the feature pipeline's column summaries (category "
+                "counts, quantile sketches) cannot be summed securely; run with "
+                "features='numeric' or without secure aggregation"
+            )
         if tables and numeric:
             raise RuntimeError(
                 "features='auto': gateways "
@@ -241,6 +283,12 @@ class FlowerGateways:
                 src = rep.content["source"]
                 return read_count(rep.content["count"]["count"]), read_count(src["n-columns"])
 
+        elif secure:
+
+            def enrol(lab, rep):
+                c = rep.content["count"]
+                return read_count(c["count"]), read_count(c["n-features"])
+
         else:
             widths = [_width(rep) for _, rep in by_label]
             n_features = max(set(widths), key=widths.count)  # the gateways' majority
@@ -251,12 +299,27 @@ class FlowerGateways:
         enrolled = roster.parse(
             by_label, "first contact", enrol, min_clients=min_clients, what="the first contact"
         )
-        counts = {lab: (v[0] if tables else v.count) for lab, v in enrolled}
+        counts = {lab: (v[0] if (tables or secure) else v.count) for lab, v in enrolled}
         for lab, why in outsized_counts(counts).items():
             roster.drop(lab, "first contact", why, min_clients, "the first contact")
             del counts[lab]
-        first = None if tables else {lab: m for lab, m in enrolled if lab in counts}
+        enrolled = [(lab, v) for lab, v in enrolled if lab in counts]
+        first = None if (tables or secure) else {lab: m for lab, m in enrolled}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
+        n_features = None
+        if secure:
+            widths = [v[1] for _, v in enrolled]
+            n_features = max(set(widths), key=widths.count)  # the gateways' majority
+            for lab, v in enrolled:
+                if v[1] != n_features:
+                    roster.drop(
+                        lab,
+                        "first contact",
+                        f"{v[1]} features, not {n_features}",
+                        min_clients,
+                        "the first contact",
+                    )
+            counts = {lab: c for lab, c in counts.items() if lab in roster.order}
         return cls(
             grid,
             roster,
@@ -265,6 +328,8 @@ class FlowerGateways:
             first_moments=first,
             declared=counts,
             columns=columns,
+            secure=secure,
+            n_features=n_features,
             **kw,
         )
 
@@ -272,7 +337,7 @@ class FlowerGateways:
         """The feature pipeline of gateways holding raw tables, in two phases:
         ``query.summaries`` (each gateway's column summaries -> merged -> decisions)
         and ``query.feature_moments`` (moments of the encoded features -> scaling)."""
-        if self._moments is not None:
+        if self._moments is not None or self.secure:
             return None
         pipe = FeaturePipeline(**self.pipeline_params)
         sent = {"params": jsonable(pipe.get_params())}
@@ -310,7 +375,27 @@ class FlowerGateways:
         """The first contact's moments, or (raw tables) the moments of the pipeline's
         outputs: the fitted pipeline goes to every gateway, which transforms its table
         and keeps the result. Only the gateways still in the run: a gateway dropped
-        since does not count in what is merged from them afterwards."""
+        since does not count in what is merged from them afterwards. Under secure
+        aggregation, one pooled moments: two secure sums (the records' sum, then the
+        squared deviations from the pooled mean)."""
+        if self._moments is None and self.secure:
+            n = self.n_features
+            first = self._secure_sum("moments", {"n": (1,), "sum": (n,)})
+            total = sum(self.declared[lab] for lab in first.labels)
+            if abs(float(first.sums["n"][0]) - total) > 0.5 + float(first.bound["n"][0]):
+                raise RuntimeError(
+                    f"secure aggregation: the summed record count {first.sums['n'][0]:.1f} "
+                    f"is not the {total} the gateways declared"
+                )
+            mean = first.sums["sum"] / total
+            second = self._secure_sum("m2", {"m2": (n,)}, std={"mean": mean})
+            if second.labels != first.labels:  # a gateway left between the two sums
+                raise RuntimeError(
+                    "secure aggregation: gateways "
+                    + ", ".join(sorted(set(first.labels) - set(second.labels)))
+                    + " left between the two sums of the moments"
+                )
+            self._moments = [Moments(total, mean, np.maximum(second.sums["m2"], 0.0))]
         if self._moments is None:
             content = _json_record(
                 "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
@@ -318,12 +403,18 @@ class FlowerGateways:
             replies = self._ask(content, "query.moments", "moments", "the moments")
             n_out = len(self._pipe.get_feature_names_out())
             self._moments = dict(self._parse(replies, "moments", self._reader(n_out)))
+        if self.secure:
+            return self._moments  # one pooled sum: no gateway's share can be taken out
         return [self._moments[lab] for lab in self.roster.order if lab in self._moments]
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
+        n = std.mean.shape[0]
+        if self.secure:
+            out = self._secure_sum("gram", {"G": (n, n)}, std=_std_arrays(std))
+            G = out.sums["G"]
+            return 0.5 * (G + G.T), [self.declared[lab] for lab in out.labels]
         content = RecordDict({"std": to_array_record(**_std_arrays(std))})
         replies = self._ask(content, "query.gram", "gram", "the Gram matrices")
-        n = std.mean.shape[0]
 
         def gram_of(lab, rep):
             count = read_count(rep.content["count"]["count"])
@@ -353,13 +444,18 @@ class FlowerGateways:
             "rank": setup.rank,
             "rank_reason": setup.rank_reason,
         }
-        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": setup.sketch_rank})
+        k_sketch = 0 if self.secure else setup.sketch_rank
+        config = ConfigRecord({"json": json.dumps(settings), "sketch-rank": k_sketch})
         content = RecordDict({"std": to_array_record(**_std_arrays(std)), "settings": config})
         replies = self._ask(content, "train.setup", "setup", "the setup")
         records.labels = list(self.roster.order)
         if not setup.sketch_rank:
             return None
         n = std.mean.shape[0]
+        if self.secure:  # the merge needs sum_i B_i B_i^T only: one factor of it
+            out = self._secure_sum("sketch", {"BB": (n, n)}, query={"rank": setup.sketch_rank})
+            records.labels = list(self.roster.order)
+            return [factor(out.sums["BB"])]
 
         def sketch_of(lab, rep):
             B = np.asarray(arrays_of(rep.content["sketch"])["B"], dtype=float)
@@ -383,6 +479,7 @@ class FlowerGateways:
             max_misses=self.max_misses,
             records=self.records(),
             declared=self.declared,
+            secure=self,
         )
         return self._clients
 
@@ -402,6 +499,7 @@ class FlowerGateways:
             "n_rounds": res.n_rounds,
             "stop_reason": res.stop_reason,
             "trim_history": outcome.trim_history,
+            "secure_aggregation": self.secure,
         }
         content = RecordDict(
             {
@@ -436,7 +534,17 @@ class RemoteClients:
     """
 
     def __init__(
-        self, grid, gw: Roster, V0, *, timeout, min_clients, max_misses, records=None, declared=None
+        self,
+        grid,
+        gw: Roster,
+        V0,
+        *,
+        timeout,
+        min_clients,
+        max_misses,
+        records=None,
+        declared=None,
+        secure: FlowerGateways | None = None,
     ):
         self.grid, self.gw, self.V0 = grid, gw, V0
         self.declared = dict(declared or {})
@@ -449,6 +557,8 @@ class RemoteClients:
         self.misses = dict.fromkeys(gw.order, 0)
         self.initialised: set[str] = set()
         self.rnd = 0
+        # secure aggregation: each round is a secure sum of the gateways' round sums
+        self.secure = secure if secure is not None and secure.secure else None
 
     def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
         gw = self.gw
@@ -464,6 +574,10 @@ class RemoteClients:
             if lab not in self.initialised:
                 rd["init"] = to_array_record(V0=self.V0)
             contents[gw.node_of[lab]] = RecordDict(rd)
+        if self.secure is not None:
+            return secure_round(
+                self, targets, {gw.node_of[t]: contents[gw.node_of[t]] for t in targets}
+            )
         replies, failed, s_b, r_b = exchange(
             self.grid, contents, "train", str(self.rnd), self.timeout
         )
@@ -486,28 +600,8 @@ class RemoteClients:
         for i, why in sorted(out_of_scale(reports, counts).items(), reverse=True):
             failed[gw.node_of[answered[i]]] = f"invalid reply: {why}"
             del reports[i], answered[i]
-        self.initialised.update(targets)
-        for lab in targets:
-            if lab in answered:
-                self.misses[lab] = 0
-                continue
-            self.misses[lab] += 1
-            why = failed.get(gw.node_of[lab])
-            gw.failed[lab] = f"round {self.rnd}: {why}"
-            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
-            if self.misses[lab] >= self.max_misses:
-                self.active.remove(lab)
-                if self.records is not None and lab in self.records.labels:
-                    self.records.labels.remove(lab)
-        if len(reports) < self.min_clients:
-            log(
-                WARNING,
-                "fedep: round %d has %d replies < min-clients=%d; stopping",
-                self.rnd,
-                len(reports),
-                self.min_clients,
-            )
-            raise TooFewClients(f"round {self.rnd}: {len(reports)} valid replies")
+        self.account(targets, answered, {gw.label_of[n]: w for n, w in failed.items()})
+        rep = merge_reports(reports)
         rep = merge_reports(reports)
         rep.info = {
             "participants": answered,
@@ -516,6 +610,33 @@ class RemoteClients:
             "bytes_received": {gw.label_of[n]: b for n, b in r_b.items()},
         }
         return rep
+
+    def account(self, targets: list[str], answered: list[str], failed: dict[str, str]) -> None:
+        """Count the round's misses (a gateway missing ``max_misses`` rounds in a row
+        leaves the run); fewer than ``min_clients`` answers end it."""
+        gw = self.gw
+        self.initialised.update(targets)
+        for lab in targets:
+            if lab in answered:
+                self.misses[lab] = 0
+                continue
+            self.misses[lab] += 1
+            why = failed.get(lab)
+            gw.failed[lab] = f"round {self.rnd}: {why}"
+            log(WARNING, "fedep: gateway %s failed round %d: %s", lab, self.rnd, why)
+            if self.misses[lab] >= self.max_misses:
+                self.active.remove(lab)
+                if self.records is not None and lab in self.records.labels:
+                    self.records.labels.remove(lab)
+        if len(answered) < self.min_clients:
+            log(
+                WARNING,
+                "fedep: round %d has %d replies < min-clients=%d; stopping",
+                self.rnd,
+                len(answered),
+                self.min_clients,
+            )
+            raise TooFewClients(f"round {self.rnd}: {len(answered)} valid replies")
 
 
 class RemoteCounts:

@@ -113,9 +113,10 @@ class LocalGrid(Grid):
 
     # ------------------------------------------------------------------------
     def _round_of(self, msg: Message) -> int | None:
-        if msg.metadata.message_type != "train":
-            return None
-        return int(msg.metadata.group_id)
+        gid = msg.metadata.group_id
+        if msg.metadata.message_type != "train" or not gid.isdigit():
+            return None  # a secure sum of a setup phase is a "train" message too
+        return int(gid)
 
     def _deliver(self, msg: Message) -> None:
         nid = msg.metadata.dst_node_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from logging import WARNING
+from logging import INFO, WARNING
 
 from flwr.app import Message, RecordDict
 from flwr.common.logger import log
@@ -51,6 +51,7 @@ def exchange(
         )
         sent[nid] = message_nbytes(m)
         msgs.append(m)
+    t0 = time.monotonic()
     ids = list(grid.push_messages(msgs))
     id_to_node = {i: m.metadata.dst_node_id for i, m in zip(ids, msgs, strict=True)}
     pending = set(ids)
@@ -78,6 +79,16 @@ def exchange(
         poll = min(0.25, poll * 1.5)
     for mid in pending:
         failed[id_to_node[mid]] = f"no reply within {timeout:g} s"
+    # one line per exchange: where a deployed round's seconds go
+    # (benchmarks/bench_deployed_round.py reads it from the run's log)
+    log(
+        INFO,
+        "fedep: exchange %s %s: %d replies in %.3f s",
+        message_type,
+        group_id,
+        len(replies),
+        time.monotonic() - t0,
+    )
     return replies, failed, sent, received
 
 

@@ -204,6 +204,11 @@ _SCALARS: dict[str, _Value] = {
     "n_iter_": _Value("int", lo=0),
     # "converged": the name files written before the named stop reasons hold
     "stop_reason_": _Value("str", choices=(*STOP_REASONS, "converged")),
+    # differential privacy (FedEP's dp_epsilon): the loss spent (null: inf, no noise),
+    # its delta and the noise multiplier of every release
+    "dp_epsilon_": _Value("real", lo=0, null=True),
+    "dp_delta_": _Value("real", lo=0, hi=1),
+    "dp_noise_multiplier_": _Value("real", lo=0),
 }
 
 #: The arrays of :data:`fedep.detectors.FITTED_ARRAYS`: allowed dtype kinds and named

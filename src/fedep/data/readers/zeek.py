@@ -50,32 +50,43 @@ def _zeek_unescape(value: str) -> str:
 
 
 def _zeek_header(src: _Source) -> _ZeekHeader:
+    with src.errors():
+        return _parse_zeek_header(src.path, _text_lines(src))
+
+
+def zeek_header(path, header: bytes) -> _ZeekHeader:
+    """The header of a Zeek TSV log from its ``#`` lines (``header``: the bytes of the
+    file's first lines); a :class:`ReadError` naming ``path`` if it has no ``#fields``."""
+    text = header.decode("utf-8", "replace")
+    return _parse_zeek_header(Path(path), iter(text.splitlines(keepends=True)))
+
+
+def _parse_zeek_header(path: Path, lines) -> _ZeekHeader:
     meta: dict[str, tuple[int, list[str]]] = {}
     sep = "\t"
     n = 0
-    with src.errors():
-        for n, raw in enumerate(_text_lines(src), start=1):
-            line = raw.rstrip("\r\n")
-            if n == 1 and line.startswith("\ufeff"):
-                line = line[1:]
-            if not line.startswith("#"):
-                n -= 1
-                break
-            if line.startswith("#separator"):
-                # the one directive separated by a space: it defines the separator
-                sep = _zeek_unescape(line[len("#separator") :].strip()) or "\t"
-                continue
-            key, *values = line[1:].split(sep)
-            meta.setdefault(key, (n, values))
+    for n, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if n == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        if not line.startswith("#"):
+            n -= 1
+            break
+        if line.startswith("#separator"):
+            # the one directive separated by a space: it defines the separator
+            sep = _zeek_unescape(line[len("#separator") :].strip()) or "\t"
+            continue
+        key, *values = line[1:].split(sep)
+        meta.setdefault(key, (n, values))
     if "fields" not in meta:
-        raise ReadError(src.path, "Zeek log without a #fields header line")
+        raise ReadError(path, "Zeek log without a #fields header line")
     fields_line, raw_fields = meta["fields"]
-    fields = _clean_names(src.path, raw_fields, line=fields_line)
+    fields = _clean_names(path, raw_fields, line=fields_line)
     if "types" in meta:
         types_line, types = meta["types"]
         if len(types) != len(fields):
             raise ReadError(
-                src.path,
+                path,
                 f"#types has {len(types)} entries but #fields has {len(fields)}",
                 line=types_line,
             )

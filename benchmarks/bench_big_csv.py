@@ -1,0 +1,133 @@
+"""``fedep fit`` on a large CSV against pandas + scikit-learn PCA on the same file.
+
+Run by hand (not a test)::
+
+    python benchmarks/bench_big_csv.py --out benchmarks/results/big_csv.json
+
+Writes a seeded ``--rows`` (2,000,000) x 34 numeric CSV (a rank-10 signal plus noise,
+written in blocks so that this process stays small), then runs, each in a fresh child
+process, alternating ``--repeats`` times:
+
+- ``reference``: ``pandas.read_csv`` + ``sklearn.decomposition.PCA(10).fit``;
+- ``fedep_pca``: ``fedep fit --method pca --n-components 10``;
+- ``fedep``: ``fedep fit --n-components 10`` (FedEP, one gateway, default rounds).
+
+Each run: wall ``seconds``, ``cpu_seconds`` and the child's peak RSS (``ru_maxrss``
+from ``wait4``) beside the float matrix's size; ratios are medians over the
+reference's median. The kernels are compiled first (``fedep warmup``) so that no run
+pays the compilation. The 1-minute load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = """
+import sys
+import pandas as pd
+from sklearn.decomposition import PCA
+PCA(10).fit(pd.read_csv(sys.argv[1]).to_numpy(dtype=float))
+"""
+
+
+def write_csv(path: Path, rows: int, features: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    mix = rng.standard_normal((10, features))
+    with path.open("w") as fh:
+        fh.write(",".join(f"f{j}" for j in range(features)) + "\n")
+        for start in range(0, rows, 100_000):
+            n = min(100_000, rows - start)
+            block = rng.standard_normal((n, 10)) @ mix + 0.1 * rng.standard_normal((n, features))
+            np.savetxt(fh, block, fmt="%.6g", delimiter=",")
+
+
+def run(cmd: list[str], env: dict[str, str]) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return {
+        "seconds": seconds,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--features", type=int, default=34)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="fedep-big-"))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    py = [sys.executable]
+    try:
+        csv = work / "big.csv"
+        write_csv(csv, args.rows, args.features, args.seed)
+        run(py + ["-m", "fedep", "warmup", "--quiet"], env)
+        fit = py + ["-m", "fedep", "fit", "--train", str(csv), "--n-components", "10"]
+        fit += ["--out", str(work / "m.fedep"), "--quiet"]
+        cmds = {
+            "reference": py + ["-c", REFERENCE, str(csv)],
+            "fedep_pca": fit + ["--method", "pca"],
+            "fedep": fit,
+        }
+        runs: dict[str, list[dict]] = {k: [] for k in cmds}
+        load = [os.getloadavg()[0]]
+        for _ in range(args.repeats):
+            for name, cmd in cmds.items():
+                runs[name].append(run(cmd, env))
+        load.append(os.getloadavg()[0])
+        csv_mb = csv.stat().st_size / 2**20
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    matrix_mb = args.rows * args.features * 8 / 2**20
+    med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["cpu_seconds"] for r in v) for k, v in runs.items()}
+    peak = {k: max(r["peak_rss_mb"] for r in v) for k, v in runs.items()}
+    result = {
+        "benchmark": "big_csv",
+        "rows": args.rows,
+        "features": args.features,
+        "csv_mb": csv_mb,
+        "float_matrix_mb": matrix_mb,
+        "load_1min_before_after": load,
+        "runs": runs,
+        "median_seconds": med,
+        "median_cpu_seconds": cpu,
+        "peak_rss_over_matrix": {k: v / matrix_mb for k, v in peak.items()},
+        "fedep_over_reference": med["fedep"] / med["reference"],
+        "fedep_pca_over_reference": med["fedep_pca"] / med["reference"],
+        "fedep_over_reference_cpu": cpu["fedep"] / cpu["reference"],
+        "fedep_pca_over_reference_cpu": cpu["fedep_pca"] / cpu["reference"],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Cold start: the first ``fedep fit`` on a fresh install against a warm one, and how
+soon ``fedep score`` starts.
+
+Run by hand (not a test)::
+
+    python benchmarks/bench_cold_start.py --out benchmarks/results/cold_start.json
+
+Writes a seeded 20,000 x 30 CSV of 20 gateways (``gw`` column) and a 1,000-row file to
+score, then runs, each in a fresh child process with ``NUMBA_CACHE_DIR`` pointed at a
+new empty directory (a fresh install: nothing compiled yet):
+
+1. ``fedep fit`` (the default FedEP) — cold: compiles the kernels;
+2. the same fit again (``--warm-repeats`` times) — warm: loads them from the cache;
+3. ``fedep score`` of the 1,000 rows with the fitted model (``--warm-repeats`` times):
+   the start-up of a scoring command (imports, model, first chunk);
+4. ``python -c "import fedep.cli.score"``: the imports alone;
+5. with a second empty cache: ``fedep warmup`` (what an installer or image build would
+   run), then the fit, which should now cost what a warm fit does.
+
+Each entry has wall ``seconds`` and the child's ``cpu_seconds`` (user + system, from
+``wait4``): on a shared machine CPU time is the steadier figure. The 1-minute load
+average is recorded before and after. ``extra_env`` (``--env NAME=VALUE``, repeatable)
+is set for every child, e.g. ``--env NUMBA_OPT=3`` to compare optimisation levels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_data(folder: Path, rows: int, features: int, seed: int) -> tuple[Path, Path]:
+    """The training CSV (``gw`` column, 20 gateways) and a 1,000-row file to score."""
+    rng = np.random.default_rng(seed)
+    rank = 10
+    X = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, features))
+    X += 0.1 * rng.standard_normal(X.shape)
+    gw = rng.integers(0, 20, rows)
+    header = ",".join([f"f{j}" for j in range(features)] + ["gw"])
+    train, score = folder / "train.csv", folder / "score.csv"
+    for path, n in ((train, rows), (score, 1000)):
+        with path.open("w") as fh:
+            fh.write(header + "\n")
+            for i in range(n):
+                fh.write(",".join(f"{v:.6g}" for v in X[i]) + f",{gw[i]}\n")
+    return train, score
+
+
+def run(cmd: list[str], env: dict[str, str]) -> dict:
+    """Wall and CPU seconds of one child process (which must succeed)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--features", type=int, default=30)
+    ap.add_argument("--warm-repeats", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    args = ap.parse_args()
+
+    extra = dict(item.split("=", 1) for item in args.env)
+    work = Path(tempfile.mkdtemp(prefix="fedep-cold-"))
+    try:
+        train, score = write_data(work, args.rows, args.features, args.seed)
+        env = dict(os.environ, **extra)
+        env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+        env["NUMBA_CACHE_DIR"] = str(work / "numba-cache")
+        model = work / "model.fedep"
+        py = [sys.executable]
+        fit = py + ["-m", "fedep", "fit", "--train", str(train), "--client-column", "gw"]
+        fit += ["--out", str(model), "--quiet"]
+        scoring = py + ["-m", "fedep", "score", "--model", str(model), "--input", str(score)]
+        scoring += ["--output", str(work / "scored.csv"), "--quiet"]
+        imports = py + ["-c", "import fedep.cli.score"]
+
+        load_before = os.getloadavg()
+        cold = run(fit, env)
+        warm = [run(fit, env) for _ in range(args.warm_repeats)]
+        score_runs = [run(scoring, env) for _ in range(args.warm_repeats)]
+        import_runs = [run(imports, env) for _ in range(args.warm_repeats)]
+        env2 = dict(env, NUMBA_CACHE_DIR=str(work / "numba-cache-2"))
+        warmup = run(py + ["-m", "fedep", "warmup", "--quiet"], env2)
+        after_warmup = run(fit, env2)
+        load_after = os.getloadavg()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    best_warm = min(warm, key=lambda r: r["cpu_seconds"])
+    result = {
+        "benchmark": "cold_start",
+        "rows": args.rows,
+        "features": args.features,
+        "extra_env": extra,
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_1min_before": load_before[0],
+        "load_1min_after": load_after[0],
+        "fit_cold": cold,
+        "fit_warm": warm,
+        "cold_minus_warm_seconds": cold["seconds"] - best_warm["seconds"],
+        "cold_minus_warm_cpu_seconds": cold["cpu_seconds"] - best_warm["cpu_seconds"],
+        "score_1000_rows_warm": score_runs,
+        "import_fedep_cli_score": import_runs,
+        "warmup_fresh_cache": warmup,
+        "fit_after_warmup": after_warmup,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

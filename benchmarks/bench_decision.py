@@ -1,0 +1,86 @@
+"""``decision_function`` against NumPy doing the same sums, on one BLAS thread.
+
+Run by hand (not a test)::
+
+    python benchmarks/bench_decision.py --out benchmarks/results/decision.json
+
+A PooledPCA (rank 10) fitted on 50,000 seeded correlated records scores ``--rows``
+(1,000,000) x 34 records. References, timed in the same run, alternating with the
+estimator: ``numpy_whole`` (z-score the whole array, ``R = Z - Z B B^T``, row sums of
+``R * R``) and ``numpy_blocked`` (z-score the whole array, then
+:func:`fedep.core.scoring.residual_energy`, which works a block of rows at a time).
+Median of ``--repeats``; ratios are the estimator's median over each reference's; BLAS
+limited to one thread for all (``threadpoolctl``), the load average beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from fedep import PooledPCA
+from fedep.core.scoring import residual_energy
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((args.rows, 34)) @ rng.standard_normal((34, 34))
+    model = PooledPCA(n_components=10).fit(X[:50_000])
+    B = model.components_.T
+
+    def numpy_whole():
+        Z = (X - model.mean_) / model.scale_
+        R = Z - (Z @ B) @ B.T
+        return np.einsum("ij,ij->i", R, R)
+
+    def numpy_blocked():
+        return residual_energy((X - model.mean_) / model.scale_, B)
+
+    def estimator():
+        return model.decision_function(X)
+
+    fns = {"numpy_whole": numpy_whole, "numpy_blocked": numpy_blocked, "estimator": estimator}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    load = [os.getloadavg()[0]]
+    with threadpool_limits(limits=1, user_api="blas"):
+        np.testing.assert_allclose(estimator(), numpy_whole(), rtol=1e-9, atol=1e-9)
+        for _ in range(args.repeats):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    load.append(os.getloadavg()[0])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "benchmark": "decision_function",
+        "rows": args.rows,
+        "features": 34,
+        "rank": 10,
+        "python": sys.version.split()[0],
+        "load_1min_before_after": load,
+        "median_seconds": med,
+        "all_seconds": times,
+        "estimator_over_numpy_whole": med["estimator"] / med["numpy_whole"],
+        "estimator_over_numpy_blocked": med["estimator"] / med["numpy_blocked"],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
