@@ -90,13 +90,11 @@ def register(sub) -> None:
     p.add_argument(
         "--sign-key",
         metavar="KEY",
-        help="sign the model: an Ed25519 private key PEM file, or a shared secret as "
-        "hmac:SECRET or @FILE (default: FEDEP_SIGNING_KEY when set; --no-sign: do not sign)",
+        help="sign the model: an Ed25519 private key PEM file, hmac:SECRET or @FILE "
+        "(default: FEDEP_SIGNING_KEY)",
     )
     p.add_argument(
-        "--no-sign",
-        action="store_true",
-        help="write the model unsigned even when FEDEP_SIGNING_KEY is set",
+        "--no-sign", action="store_true", help="do not sign, even with FEDEP_SIGNING_KEY set"
     )
     p.add_argument(
         "--quiet", action="store_true", help="print only the model file's path (no progress)"
