@@ -28,6 +28,15 @@ honest sketch's column norms):
   the loss saturates at ~0.045 from ``m = 7``; ``boost = 5`` makes the mean V-step
   diverge (``||V||`` grows without bound).
 
+- ``rotated``: colluders all send one basis, ``V`` with its last ``m`` columns turned
+  by ``--angle`` (default 0.2 rad) towards the attack directions, and a zero dual:
+  identical, near-honest bases that drag the consensus a little further each round;
+- ``nu``: the ``crafted`` basis with ``nu`` reported 999 times too large (within the
+  Flower server's out-of-scale bound of 1e3) and the dual scaled with it.
+
+Rules: ``mean``, ``median``, ``trimmed`` and ``grassmann``
+(:mod:`fedep.core.aggregation`); ``--dataset`` picks NSL-KDD, UNSW-NB15 or TON-IoT.
+
 Scores: ROC AUC of the residual energy under ``polar(V)`` on the full KDDTest+
 split; rounds run; seconds per round (median over the run, whole round). Also the
 time of the server step alone per rule on the same shapes.
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -66,7 +76,7 @@ class PoisonedCohort:
         The cohort that runs every client honestly.
     bad : sequence of int
         Positions of the compromised clients.
-    kind : {"random", "crafted"}
+    kind : {"random", "crafted", "rotated", "nu"}
     directions : ndarray of shape (n, m), optional
         The attack directions (``"crafted"``): they replace the last ``m`` columns of
         ``V`` (orthogonalised against the others) in the forged basis.
@@ -75,10 +85,10 @@ class PoisonedCohort:
     seed : int
     """
 
-    def __init__(self, honest, bad, kind, directions=None, boost=5.0, seed=0):
+    def __init__(self, honest, bad, kind, directions=None, boost=5.0, seed=0, angle=0.2):
         self.honest, self.d = honest, honest.d
         self.bad = np.asarray(sorted(bad), dtype=int)
-        self.kind, self.boost = kind, float(boost)
+        self.kind, self.boost, self.angle = kind, float(boost), float(angle)
         self.A = None if directions is None else np.atleast_2d(directions.T).T
         self.rng = np.random.default_rng(seed)
 
@@ -88,6 +98,11 @@ class PoisonedCohort:
         if self.kind == "random":
             return random_stiefel(n, r, self.rng), np.zeros((n, r))
         m = self.A.shape[1]
+        if self.kind == "rotated":
+            B = polar(V)
+            A = polar(self.A - B @ (B.T @ self.A))
+            turned = np.cos(self.angle) * B[:, r - m :] + np.sin(self.angle) * A
+            return polar(np.column_stack([B[:, : r - m], turned])), np.zeros((n, r))
         Q = polar(V[:, : r - m])
         A = polar(self.A - Q @ (Q.T @ self.A))
         W = polar(np.column_stack([V[:, : r - m], A]))
@@ -100,6 +115,8 @@ class PoisonedCohort:
         pos = np.arange(self.d) if clients is None else np.asarray(clients)
         for j, c in enumerate(pos):
             if c in self.bad:
+                if self.kind == "nu":
+                    rep.nu[j] *= 999.0
                 rep.W[j], rep.Pi[j] = self.forge(V, float(rep.nu[j]))
                 if rep.sketch is not None:
                     k = rep.sketch.shape[2]
@@ -161,13 +178,15 @@ def federation(method: str, rank: int, rule: str, n_rounds: int) -> dict:
     }
 
 
-def fit_once(fed: dict, blocks, bad, kind, a, boost, seed) -> tuple[FederationResult, float]:
+def fit_once(
+    fed: dict, blocks, bad, kind, a, boost, seed, angle=0.2
+) -> tuple[FederationResult, float]:
     """One federation from the one-shot start, with ``bad`` clients forging replies."""
     rng = np.random.default_rng(seed)
     r = fed["rank"]
     V0 = oneshot_merge([client_sketch(b, r) for b in blocks], r)
     honest = make_cohort(fed["spec"], blocks, V0)
-    cohort = PoisonedCohort(honest, bad, kind, a, boost, seed) if len(bad) else honest
+    cohort = PoisonedCohort(honest, bad, kind, a, boost, seed, angle) if len(bad) else honest
     t0 = time.perf_counter()
     res = run_rounds(
         cohort,
@@ -190,7 +209,7 @@ def server_step_cost(n, r, d, repeats=200):
     Pi = 0.01 * rng.standard_normal((d, n, r))
     nu = rng.random(d) + 1.0
     out = {}
-    for rule in ("mean", "median", "trimmed"):
+    for rule in ("mean", "median", "trimmed", "grassmann"):
         ts = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -207,9 +226,10 @@ def main(argv=None):
     p.add_argument("--out", default="benchmarks/results/poisoning.json")
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--rank", type=int, default=10)
-    p.add_argument("--f", type=int, nargs="+", default=[0, 1, 2, 3])
-    p.add_argument("--kinds", nargs="+", default=["random", "crafted"])
-    p.add_argument("--rules", nargs="+", default=["mean", "median", "trimmed"])
+    p.add_argument("--f", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--kinds", nargs="+", default=["crafted", "rotated", "nu"])
+    p.add_argument("--rules", nargs="+", default=["mean", "median", "trimmed", "grassmann"])
+    p.add_argument("--angle", type=float, default=0.2)
     p.add_argument("--methods", nargs="+", default=["fedep"])
     p.add_argument("--boost", type=float, default=1.5)
     p.add_argument("--attack-dims", type=int, default=7)
@@ -229,7 +249,9 @@ def main(argv=None):
                 bad = list(range(args.clients - f, args.clients))
                 for rule in args.rules:
                     fed = federation(method, args.rank, rule, args.n_rounds)
-                    res, wall = fit_once(fed, blocks, bad, kind, a, args.boost, args.seed)
+                    res, wall = fit_once(
+                        fed, blocks, bad, kind, a, args.boost, args.seed, args.angle
+                    )
                     B = polar(res.V)
                     auc = float(roc_auc_score(yte, residual_energy(Zte, B)))
                     if f == 0:
@@ -271,6 +293,8 @@ def main(argv=None):
             "n_features": n,
             "rows": int(sum(b.shape[0] for b in blocks)),
             "boost": args.boost,
+            "angle": args.angle,
+            "load": os.getloadavg()[0],
             "n_rounds": args.n_rounds,
             "seed": args.seed,
             "machine": platform.platform(),

@@ -118,12 +118,24 @@ def test_table_moments_count_must_match_the_enrolment(table_gateways):
 
 
 def test_a_false_enrolment_is_caught_by_the_summaries(table_gateways):
+    # Within the count spread (5000 against a median of ~145 rows) the enrolment itself
+    # passes; the summaries, which must match it, do not.
+    def lie(content):
+        if "source" in content:
+            content["count"] = MetricRecord({"count": 5000})
+
+    res = _hostile(table_gateways, TABLE_RUN, 0, on("query.moments", lie))
+    _dropped(res, "t0", "summaries", "but it declared 5000")
+    _same_fit(res, table_gateways, TABLE_RUN, 0)
+
+
+def test_an_outsized_table_enrolment_is_refused_at_first_contact(table_gateways):
     def lie(content):
         if "source" in content:
             content["count"] = MetricRecord({"count": 10**15})
 
     res = _hostile(table_gateways, TABLE_RUN, 0, on("query.moments", lie))
-    _dropped(res, "t0", "summaries", "but it declared 1000000000000000")
+    _dropped(res, "t0", "first contact", "more than 100 times the gateways' median")
     _same_fit(res, table_gateways, TABLE_RUN, 0)
 
 
@@ -292,3 +304,29 @@ def test_honest_wide_vocabularies_pass_the_summary_checks(tmp_path):
         cfgs.append({"data-path": str(path), "client-label": f"w{i}"})
     res, _ = run_local(cfgs, {**TABLE_RUN, "min-clients": 3})
     assert res.failed == {} and res.finalized == ["w0", "w1", "w2"]
+
+
+# ------------------------------------------------------------- enrolment and drops
+def test_an_outsized_first_declared_count_is_refused(numeric_gateways):
+    # The first contact's count is the enrolment every later count must match; one
+    # claiming 1e12 records would own the merged moments. Above 100 times the median
+    # of the declared counts it is refused at first contact, naming the gateway.
+    res = _hostile(
+        numeric_gateways,
+        RUN,
+        1,
+        on(
+            "query.moments", lambda c: c.__setitem__("count", MetricRecord({"count": 10**12}))
+        ),  # fmt: skip
+    )
+    _dropped(res, "1", "first contact", "more than 100 times the gateways' median")
+    _same_fit(res, numeric_gateways, RUN, 1)
+
+
+def test_moments_of_a_gateway_dropped_later_do_not_count(numeric_gateways):
+    # Gateway 4's first-contact moments were merged into the scaling; it is dropped at
+    # the Gram phase: the fit (scaling, rank, bases) is the fit without it.
+    run = {**RUN, "n-components": "auto"}
+    res = _hostile(numeric_gateways, run, 4, on("query.gram", _gram(_asym)))
+    _dropped(res, "4", "gram", "not symmetric")
+    _same_fit(res, numeric_gateways, run, 4)

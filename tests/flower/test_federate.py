@@ -509,6 +509,33 @@ def test_parse_passes_pipeline_options_as_run_config_keys(tmp_path):
         _plan(["--gateways", "2", "--train", *csvs, "--scale-floor", "-1", "--out", tmp_path / "o"])
 
 
+def test_the_launcher_takes_signing_keys(tmp_path, monkeypatch):
+    # --sign-key reaches the ServerApp; every gateway gets the key it verifies with (an
+    # HMAC secret itself; an Ed25519 PEM's public key, written to --out).
+    from fedep.modelfile import generate_signing_key
+    from fedep.modelfile.signing import sign_digest, verify_digest
+
+    monkeypatch.delenv("FEDEP_SIGNING_KEY", raising=False)
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    base = ["--gateways", "2", "--train", *csvs]
+    secret = "hmac:" + "f" * 32
+    fed = _plan([*base, "--out", tmp_path / "a", "--sign-key", secret])
+    assert fed.run_config["sign-key"] == secret
+    assert [n["verify-key"] for n in fed.node_configs] == [secret, secret]
+    generate_signing_key(tmp_path / "k.pem", tmp_path / "k.pub")
+    fed = _plan([*base, "--out", tmp_path / "b", "--sign-key", tmp_path / "k.pem"])
+    pub = Path(fed.node_configs[0]["verify-key"])
+    assert pub == tmp_path / "b" / "server-key.pub" and "PRIVATE" not in pub.read_text()
+    verify_digest(sign_digest("ab" * 32, str(tmp_path / "k.pem")), "ab" * 32, str(pub))
+    # From the environment, as fedep fit signs.
+    monkeypatch.setenv("FEDEP_SIGNING_KEY", secret)
+    assert _plan([*base, "--out", tmp_path / "c"]).run_config["sign-key"] == secret
+    monkeypatch.delenv("FEDEP_SIGNING_KEY")
+    assert "sign-key" not in _plan([*base, "--out", tmp_path / "d"]).run_config
+    with pytest.raises(UsageError, match="key file .* does not exist"):
+        _plan([*base, "--out", tmp_path / "e", "--sign-key", tmp_path / "nope.pem"])
+
+
 @pytest.mark.parametrize(
     "n, extra, says",
     [

@@ -179,13 +179,45 @@ def test_sign_and_verify_bind_the_run_and_the_node():
     assert content_digest(m.content, "train", "1", 1, 6) != base
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not refused yet: within one run, a signed train message replayed in a later "
-    "round verifies (same run, node, group and content); the gateway keeps no round "
-    "counter to compare it with (a fix must allow for rounds rerun per trimming step)",
-)
 def test_an_earlier_round_replayed_in_the_same_run_is_refused(tmp_path):
+    # Every signed message carries the server's exchange number; a gateway refuses one
+    # at or below the last it accepted in this run, before it acts on it.
     _, grid, seen = _capture(tmp_path, SECRET, run_id=3)
-    with pytest.raises(ValueError):
-        client_app(wire_copy(seen[("train", "1")]), grid.contexts[1001])
+    ctx = grid.contexts[1001]
+    before = _arrays(ctx)
+    for key in [("train", "1"), ("train", "3"), ("train.setup", "setup")]:
+        if key not in seen:
+            continue
+        with pytest.raises(ValueError, match=r"replayed \(signed as exchange \d+ of run 3"):
+            client_app(wire_copy(seen[key]), ctx)
+    after = _arrays(ctx)
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+    # The exchange number is signed: raising it breaks the signature.
+    forged = wire_copy(seen[("train", "1")])
+    forged.content["signature"]["seq"] = 10**6
+    with pytest.raises(ValueError, match="does not verify|altered"):
+        client_app(forged, ctx)
+
+
+def test_a_message_delivered_twice_is_refused_the_second_time():
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from fedep.flower.messages import sign_message, verify_message
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    try:
+        m = Message(RecordDict({"round": ConfigRecord({"round": 4})}), 5, "train", group_id="4")
+    finally:
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+    sign_message(m, SECRET, seq=9)
+    assert verify_message(m, SECRET, run_id=1, node_id=5, last_seq=8) == 9
+    with pytest.raises(ValueError, match="replayed .*exchange 9 of run 1.*at exchange 9"):
+        verify_message(m, SECRET, run_id=1, node_id=5, last_seq=9)
+    assert content_digest(m.content, "train", "4", 1, 5, 9) != content_digest(
+        m.content, "train", "4", 1, 5, 10
+    )
+    del m.content["signature"]["seq"]
+    with pytest.raises(ValueError, match="signature record lacks 'seq'"):
+        verify_message(m, SECRET, run_id=1, node_id=5)

@@ -369,24 +369,94 @@ def check_output_file(path, option: str, keep: dict[str, object] | None = None) 
     return out
 
 
+#: Where keys live: the environment. ``fedep fit`` signs its model and ``fedep
+#: federate`` its server messages with :data:`SIGNING_KEY_ENV` when no ``--sign-key``
+#: is given; ``score``, ``evaluate`` and ``watch`` verify with ``--verify-key``, else
+#: :data:`VERIFY_KEY_ENV`, else the signing key (an HMAC secret verifies itself, an
+#: Ed25519 private key PEM its own signatures). Values as the options take them: a PEM
+#: path, ``hmac:SECRET`` or ``@FILE`` (a secret kept in a file).
+SIGNING_KEY_ENV = "FEDEP_SIGNING_KEY"
+VERIFY_KEY_ENV = "FEDEP_VERIFY_KEY"
+#: Set to 1 (or ``--require-signature``): refuse a model that is not signed with a
+#: configured key.
+REQUIRE_SIGNATURE_ENV = "FEDEP_REQUIRE_SIGNATURE"
+
+
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to a true value (1, yes, true, on)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "yes", "true", "on")
+
+
+def signing_key_text(option: str | None) -> str | None:
+    """The key to sign with: the option, else :data:`SIGNING_KEY_ENV` (None: neither)."""
+    return option or os.environ.get(SIGNING_KEY_ENV) or None
+
+
+def verify_key_text(option: str | None) -> str | None:
+    """The key to verify models with: the option, else :data:`VERIFY_KEY_ENV`, else
+    :data:`SIGNING_KEY_ENV` (None: none configured)."""
+    return option or os.environ.get(VERIFY_KEY_ENV) or os.environ.get(SIGNING_KEY_ENV) or None
+
+
 def add_model_options(p) -> None:
-    """``--model`` and the options that authenticate it (shared by score and evaluate)."""
+    """``--model`` and the options that authenticate it (score, evaluate, watch)."""
     p.add_argument("--model", required=True, metavar="MODEL", help="model file from fedep fit")
     p.add_argument(
         "--verify-key",
         metavar="KEY",
         help="refuse an unsigned or altered model: an Ed25519 public key PEM file, or a "
-        "shared secret as hmac:SECRET or @FILE",
+        f"shared secret as hmac:SECRET or @FILE (default: {VERIFY_KEY_ENV}, else "
+        f"{SIGNING_KEY_ENV})",
+    )
+    p.add_argument(
+        "--require-signature",
+        action="store_true",
+        help=f"refuse a model that is not signed with the key (also: {REQUIRE_SIGNATURE_ENV}=1)",
     )
 
 
-def load_model(path, verify_key: str | None = None):
+def load_model(path, verify_key: str | None = None, require_signature: bool = False):
+    """The detector saved in ``path``, authenticated as configured: every command that
+    loads a model (score, evaluate, watch) calls this.
+
+    The key is ``verify_key``, else :data:`VERIFY_KEY_ENV`, else :data:`SIGNING_KEY_ENV`.
+    With a key the model must be signed with it (a signature stripped off is refused).
+    Without one, ``require_signature`` or :data:`REQUIRE_SIGNATURE_ENV` is a usage
+    error; otherwise the model loads (its integrity checked) and one line on stderr
+    says that it is unsigned, or signed but not verified.
+
+    Raises
+    ------
+    UsageError
+        Signatures are required and no key is configured.
+    fedep.modelfile.ModelFileError
+        One line: the file is refused.
+    """
     # start-up time: see the module docstring
     import fedep
+    from fedep.modelfile.readwrite import signature_scheme
     from fedep.modelfile.signing import parse_key
 
-    key = parse_key(verify_key)
-    return fedep.load(path, verify_key=key, require_signature=key is not None)
+    key = parse_key(verify_key_text(verify_key))
+    required = bool(require_signature) or env_flag(REQUIRE_SIGNATURE_ENV)
+    if required and key is None:
+        raise UsageError(
+            f"signatures are required (--require-signature / {REQUIRE_SIGNATURE_ENV}) but no "
+            f"key is configured: give --verify-key or set {VERIFY_KEY_ENV}"
+        )
+    det = fedep.load(path, verify_key=key, require_signature=key is not None)
+    if key is None:
+        scheme = signature_scheme(path)
+        if scheme is None:
+            what = "is NOT SIGNED: anyone who could write it may have changed what it flags"
+        else:
+            what = f"carries a {scheme} signature that was NOT VERIFIED (no key configured)"
+        print(
+            f"{PROG}: warning: model {path} {what}; verify with --verify-key or "
+            f"{VERIFY_KEY_ENV} (sign with fedep fit --sign-key or {SIGNING_KEY_ENV})",
+            file=sys.stderr,
+        )
+    return det
 
 
 def check_columns(det, columns, path) -> None:

@@ -130,7 +130,7 @@ def cmd_evaluate(args) -> int:
     # fractions...) loads for `fedep evaluate` only
     from fedep.evaluation.evaluate import evaluate_fitted
 
-    det = load_model(args.model, args.verify_key)
+    det = load_model(args.model, args.verify_key, args.require_signature)
     names = model_features(det, args.model)
     X, y, cats, groups, source = test_data(args, names, det)
     if groups is not None and det.clients_.dtype.kind in "iu":

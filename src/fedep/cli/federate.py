@@ -43,6 +43,7 @@ from pathlib import Path
 
 from fedep._names import DATASETS as DATASET_NAMES
 from fedep.cli._common import (
+    SIGNING_KEY_ENV,
     UsageError,
     add_dataset_options,
     add_estimator_options,
@@ -75,6 +76,7 @@ from fedep.flower.deployment import (
     stale_results,
 )
 from fedep.flower.secure_rules import MIN_GATEWAYS, check_secure_aggregation
+from fedep.modelfile.signing import write_public_key
 from fedep.params import (
     make_pipeline,
     option_name,
@@ -206,6 +208,13 @@ def register(sub) -> None:
         default=0.2,
         metavar="SECONDS",
         help="longest wait of a SuperNode between two pulls (default: 0.2; 0: Flower's 3)",
+    )
+    f.add_argument(
+        "--sign-key",
+        metavar="KEY",
+        help="sign every server message: an Ed25519 private key PEM, hmac:SECRET or @FILE "
+        "(a secret kept in a file); the gateways then refuse unsigned, altered, redirected "
+        "or replayed messages (default: FEDEP_SIGNING_KEY when set)",
     )
     f.add_argument(
         "--secure-aggregation",
@@ -373,10 +382,25 @@ def plan(args: argparse.Namespace) -> FederationPlan:
     settings = _run_settings(args)
     if args.secure_aggregation:
         _check_secure(args, n, "files" in sources)
+    sign = _key_option(getattr(args, "sign_key", None) or os.environ.get(SIGNING_KEY_ENV))
+    verify = None  # the gateways verify with the same secret, or the PEM's public key
     out = output_folder(args.out, args.overwrite)
     nodes = gateway_node_configs(out, **sources)
     rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
     rc.update(_warm_start_config(args))
+    if sign is not None:
+        if verify is None:
+            verify = sign
+            if not sign.startswith(("hmac:", "@")):
+                verify = str(out / "server-key.pub")
+                try:
+                    out.mkdir(parents=True, exist_ok=True)
+                    write_public_key(sign, verify)
+                except ValueError as exc:
+                    raise UsageError(f"--sign-key: {exc}") from None
+        rc["sign-key"] = sign
+        for cfg in nodes:
+            cfg["verify-key"] = verify
     if args.secure_aggregation:
         rc["secure-aggregation"] = True
     return FederationPlan(nodes, rc, out)
@@ -401,6 +425,21 @@ def _warm_start_config(args: argparse.Namespace) -> dict:
         "warm-start": str(Path(args.warm_start).expanduser().resolve()),
         "warm-start-verify-key": args.verify_key or "",
     }
+
+
+def _key_option(text: str | None) -> str | None:
+    """A key option as the server and gateways read it: ``hmac:SECRET`` as given,
+    ``@FILE`` and a PEM path made absolute (the processes run in the output folder);
+    a file that does not exist is one line."""
+    if not text:
+        return None
+    if text.startswith("hmac:"):
+        return text
+    at = text.startswith("@")
+    path = Path(text[1:] if at else text).expanduser().resolve()
+    if not path.is_file():
+        raise UsageError(f"key file {path} does not exist")
+    return ("@" if at else "") + str(path)
 
 
 # ---------------------------------------------------------------------- printing

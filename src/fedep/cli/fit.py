@@ -50,6 +50,7 @@ from fedep.cli._common import (
     info,
     load_model,
     methods_text,
+    signing_key_text,
 )
 from fedep.cli.training import load_training, numeric_columns
 from fedep.cli.trusted import (
@@ -98,8 +99,11 @@ def register(sub) -> None:
     p.add_argument(
         "--sign-key",
         metavar="KEY",
-        help="sign the model: an Ed25519 private key PEM file, or a shared secret as "
-        "hmac:SECRET or @FILE",
+        help="sign the model: an Ed25519 private key PEM file, hmac:SECRET or @FILE "
+        "(default: FEDEP_SIGNING_KEY)",
+    )
+    p.add_argument(
+        "--no-sign", action="store_true", help="do not sign, even with FEDEP_SIGNING_KEY set"
     )
     p.add_argument(
         "--warm-start",
@@ -198,7 +202,8 @@ def partition_seed(det) -> int:
 
 def cmd_fit(args) -> int:
     out = check_output_file(args.out, "--out", {"--train": list(args.table or [])})
-    key = parse_key(args.sign_key)  # a missing key file is found before training
+    # a missing key file is found before training
+    key = None if args.no_sign else parse_key(signing_key_text(args.sign_key))
     if args.verify_key is not None and args.warm_start is None:
         raise UsageError("--verify-key checks the --warm-start model: give --warm-start")
     # before any data is read

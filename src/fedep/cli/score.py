@@ -261,9 +261,11 @@ def cmd_score(args) -> int:
     dst = None
     if not to_stdout:
         dst = check_output_file(args.output, "--output", {"--input": src, "--model": args.model})
-    det = load_model(args.model, args.verify_key)
+    det = load_model(args.model, args.verify_key, args.require_signature)
     model_features(det, args.model)  # a model fitted on a plain array cannot read tables
     tails_names = output_feature_names(det)
+    # chunks of bounded memory, whatever the model's width (a wide vocabulary)
+    args.chunksize = min(args.chunksize, det.scoring_block_rows())
     if fmt == "jsonl":
         model_id, digest = model_identity(det)
         factory = AlertFactory(

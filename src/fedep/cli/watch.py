@@ -18,8 +18,10 @@ from fedep.cli._common import (
     check_output_file,
     command_parser,
     finite_float,
+    load_model,
     nonneg_int,
     positive_int,
+    verify_key_text,
 )
 from fedep.live import WatchConfig, Watcher
 
@@ -75,7 +77,13 @@ def register(sub) -> None:
         "--verify-key",
         metavar="KEY",
         help="refuse an unsigned or altered model (also a replacement): an Ed25519 public "
-        "key PEM file, or a shared secret as hmac:SECRET or @FILE",
+        "key PEM file, or a shared secret as hmac:SECRET or @FILE (default: "
+        "FEDEP_VERIFY_KEY, else FEDEP_SIGNING_KEY)",
+    )
+    p.add_argument(
+        "--require-signature",
+        action="store_true",
+        help="refuse a model that is not signed with the key (also: FEDEP_REQUIRE_SIGNATURE=1)",
     )
     g = p.add_argument_group("alerts")
     g.add_argument("--alerts", metavar="FILE", help="append alerts to FILE (JSON lines)")
@@ -229,7 +237,7 @@ def config(args) -> WatchConfig:
     return WatchConfig(
         targets=list(args.paths),
         model=args.model,
-        verify_key=args.verify_key,
+        verify_key=verify_key_text(args.verify_key),
         alerts=args.alerts,
         stdout=args.stdout,
         max_bytes=args.max_bytes,
@@ -258,6 +266,9 @@ def config(args) -> WatchConfig:
 
 def cmd_watch(args) -> int:
     cfg = config(args)
+    # As score and evaluate: refused, or announced on one line when unsigned (the
+    # watcher's own loads, replacements included, verify with the same key).
+    load_model(args.model, args.verify_key, getattr(args, "require_signature", False))
     if cfg.gateway_pattern is not None:
         try:
             re.compile(cfg.gateway_pattern)

@@ -61,9 +61,32 @@ computes the stopping residuals over the clients that the rule kept
 (:func:`robust_step`'s ``kept``): for the median, the clients whose distance to the
 median is at most ``outlier_ratio`` times the median distance.
 
-The weights ``w_i`` are what the clients report (``nu_i``); a client that inflates its
-``nu_i`` inflates its say in both rules (it cannot exceed half the weight of the median
-without holding half the weight, but a weighted mean of the kept clients trusts it).
+**Geometric median of projectors** (:func:`grassmann_median`, ``"grassmann"``): the
+median of the spans themselves, rotation-free. With ``Q_i = polar(Z_i)`` and
+``P_i = Q_i Q_i^T`` (n x n, never formed)::
+
+    P* = argmin_Y  sum_i ||P_i - Y||_F,      V = U polar(U^T Zbar)
+
+Weiszfeld runs on the coefficients ``a`` of ``Y = sum_i a_i P_i`` (the iterates stay in
+that cone): ``||P_i - Y||_F^2 = r - 2 (K a)_i + a^T K a`` with
+``K_ij = ||Q_i^T Q_j||_F^2``, so an iteration costs O(k^2) after one O(n k^2 r^2) Gram
+matrix. ``U`` holds the top ``r`` eigenvectors of ``P*`` (the leading left singular
+vectors of ``S A^(1/2)``, ``S = [Q_1 .. Q_k]``, ``A = diag(a) (x) I_r``) and the rotation
+inside the span
+is the one closest (orthogonal Procrustes) to ``Zbar``, the bounded-weight mean of the
+proposals within ``outlier_ratio`` times the median distance of ``P*``: the span is
+the median's, only its coordinates follow the kept clients. Breakdown point one half
+of the clients (a minority moves ``P*`` by at most a multiple of the honest spread;
+Minsker 2015, Lemma 2.1), like ``"median"``, but unlike it blind to how a client
+expresses its span (``Z_i R`` for an orthogonal ``R`` is the same point).
+
+**Weights.** The clients' ``nu_i`` are their own report. No robust rule takes them as
+they are: ``"median"`` and ``"grassmann"`` weigh every client once (so their breakdown
+point is one half of the *clients*, which a client cannot change by inflating
+``nu_i``), and the means of the kept clients (``"trimmed"``, the rotation of
+``"grassmann"``) cap each weight at :data:`WEIGHT_CAP` times the median weight of the
+round (:func:`bounded_weights`): an honest client within that factor of the median
+keeps its exact weight, a liar gets at most that factor.
 """
 
 from __future__ import annotations
@@ -72,6 +95,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedep.core._linalg import thin_svd
 from fedep.core.fedep import aggregate_consensus
 from fedep.core.fedpg import aggregate_mean
 from fedep.core.stiefel import polar
@@ -81,15 +105,32 @@ __all__ = [
     "GeometricMedian",
     "RobustStep",
     "TrimmedConsensus",
+    "WEIGHT_CAP",
+    "bounded_weights",
     "geometric_median",
     "grassmann_distances",
+    "grassmann_median",
     "proposals",
     "robust_step",
     "trimmed_consensus",
 ]
 
 #: Server steps :func:`robust_step` knows: the estimators' ``aggregation`` options.
-AGGREGATIONS = ("mean", "median", "trimmed")
+AGGREGATIONS = ("mean", "median", "trimmed", "grassmann")
+#: Robust rules: a client's weight in a mean is at most this many times the round's
+#: median weight (its ``nu_i`` is its own report).
+WEIGHT_CAP = 2.0
+
+
+def bounded_weights(w: np.ndarray, cap: float = WEIGHT_CAP) -> np.ndarray:
+    """The weights ``w`` (k,) with each capped at ``cap`` times their median.
+
+    Honest clients within that factor of the median keep their weight; a client that
+    inflates its report gets ``cap`` times a typical client's say, whatever it claims
+    (as long as fewer than half the clients inflate).
+    """
+    w = np.asarray(w, dtype=float)
+    return np.minimum(w, cap * float(np.median(w)))
 
 
 @dataclass
@@ -348,16 +389,17 @@ def robust_step(
     method : {"fedep", "fedpg"}
     W, Pi : ndarray of shape (k, n, r)
     nu : ndarray of shape (k,)
-    aggregation : {"mean", "median", "trimmed"}, default="mean"
+    aggregation : {"mean", "median", "trimmed", "grassmann"}, default="mean"
         ``"mean"``: the exact step (FedEP's V-minimiser
         :func:`~fedep.core.fedep.aggregate_consensus`, FedPG's mean), bit for bit;
-        ``"median"``: :func:`geometric_median` of the proposals;
+        ``"median"``: :func:`geometric_median` of the proposals, each client once;
         ``"trimmed"``: :func:`trimmed_consensus` (for FedEP the exact V-step of the
-        kept clients).
+        kept clients while no weight exceeds :data:`WEIGHT_CAP` times the median);
+        ``"grassmann"``: :func:`grassmann_median` of the spans.
     trim : float, default=0.2
         Fraction dropped by ``"trimmed"``.
     outlier_ratio : float, default=3.0
-        ``"median"``: a client farther from the median than this many times the
+        ``"median"``, ``"grassmann"``: a client farther from the median than this many times the
         median distance is counted as down-weighted (left out of the stopping test).
 
     Returns
@@ -376,16 +418,136 @@ def robust_step(
             V = aggregate_consensus(W, Pi, nu)
         return RobustStep(V, all_kept, {})
     Z, w = proposals(method, W, Pi, nu)
+    wb = bounded_weights(w)
     if aggregation == "trimmed":
-        kept = trimmed_consensus(Z, w, trim=trim).kept
+        # The exclusions depend on the spans only; the kept clients' mean is their
+        # V-step with bounded weights (the exact V-step while no weight is capped).
+        tc = trimmed_consensus(Z, wb, trim=trim)
+        kept = tc.kept
         if method == "fedpg":
-            nk = nu[kept]
+            nk = wb[kept]
             V = aggregate_mean(W[kept], None if np.all(nk == nk[0]) else nk)
-        else:
+        elif np.array_equal(wb, w):
             V = aggregate_consensus(W[kept], Pi[kept], nu[kept])
+        else:
+            V = tc.mean
         return RobustStep(V, kept, {})
-    gm = geometric_median(Z, w)
+    if aggregation == "grassmann":
+        gr = grassmann_median(Z, wb, outlier_ratio=outlier_ratio)
+        info = {"median_iter": gr.n_iter, "median_reason": gr.reason}
+        return RobustStep(gr.V, gr.kept, info)
+    # Every client once: a majority of clients, not of claimed weight, holds the median.
+    gm = geometric_median(Z)
     d = gm.distances
     med = float(np.median(d))
     kept = d <= outlier_ratio * med + 1e-12 * (1.0 + float(np.max(d)))
     return RobustStep(gm.median, kept, {"median_iter": gm.n_iter, "median_reason": gm.reason})
+
+
+@dataclass
+class GrassmannMedian:
+    """Result of :func:`grassmann_median`.
+
+    Attributes
+    ----------
+    V : ndarray of shape (n, r)
+        Orthonormal basis of the median span, rotated towards the kept proposals.
+    coef : ndarray of shape (k,)
+        ``P* = sum_i coef_i P_i`` (non-negative, summing to one).
+    distances : ndarray of shape (k,)
+        ``||P_i - P*||_F``.
+    kept : ndarray of bool, shape (k,)
+        Proposals within ``outlier_ratio`` times the median distance.
+    n_iter : int
+    reason : str
+        ``"converged"``, ``"at_data_point"``, ``"identical"`` or ``"max_iter"``.
+    """
+
+    V: np.ndarray
+    coef: np.ndarray
+    distances: np.ndarray
+    kept: np.ndarray
+    n_iter: int
+    reason: str
+
+
+def grassmann_median(
+    Z: np.ndarray,
+    weights: np.ndarray | None = None,
+    *,
+    outlier_ratio: float = 3.0,
+    tol: float = 1e-10,
+    max_iter: int = 1000,
+) -> GrassmannMedian:
+    """Geometric median of the projectors onto the proposals' spans (Weiszfeld).
+
+    Every proposal counts once in the median (``weights`` only weigh the mean that sets
+    the rotation inside the median span). See the module's docstring.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (k, n, r)
+    weights : ndarray of shape (k,), optional
+        Non-negative weights of the kept proposals' mean (default: equal).
+    outlier_ratio : float, default=3.0
+    tol : float, default=1e-10
+        Stop when the coefficients move by at most ``tol`` (in the l1 norm).
+    max_iter : int, default=1000
+
+    Returns
+    -------
+    GrassmannMedian
+    """
+    Z = np.asarray(Z, dtype=float)
+    k, n, r = Z.shape
+    w = np.ones(k) if weights is None else np.asarray(weights, dtype=float)
+    Q = polar(Z)
+    S = np.swapaxes(Q, 0, 1).reshape(n, k * r)
+    G = S.T @ S  # (k r, k r): Q_i^T Q_j blocks
+    C = G.reshape(k, r, k, r)
+    K = np.einsum("iajb,iajb->ij", C, C)  # <P_i, P_j>
+
+    def dist(a: np.ndarray) -> np.ndarray:
+        return np.sqrt(np.clip(np.diag(K) - 2.0 * (K @ a) + a @ K @ a, 0.0, None))
+
+    same = 1e-12 * np.sqrt(r)
+    a = np.full(k, 1.0 / k)
+    reason, it = "max_iter", 0
+    if k == 1 or np.all(np.sqrt(np.clip(2 * r - 2 * K[0], 0, None)) <= same):
+        a, reason = np.eye(k)[0], "identical"
+    else:
+        while it < max_iter:
+            it += 1
+            d = dist(a)
+            at = d <= same
+            inv = np.where(at, 0.0, 1.0 / np.where(at, 1.0, d))
+            T = inv / inv.sum()
+            if at.any():
+                # Vardi-Zhang, in coefficients: ||R|| of sum (P_i - Y) / d_i over the
+                # others, against the multiplicity of the point Y coincides with.
+                eta = float(at.sum())
+                c = inv - inv.sum() * a  # R = sum_i c_i P_i
+                rn = float(np.sqrt(max(c @ K @ c, 0.0)))
+                if rn <= eta:
+                    reason = "at_data_point"
+                    break
+                g = eta / rn
+                a_new = (1.0 - g) * T + g * a
+            else:
+                a_new = T
+            moved = float(np.abs(a_new - a).sum())
+            a = a_new
+            if moved <= tol:
+                reason = "converged"
+                break
+    d = dist(a)
+    # Top-r eigenvectors of P* = B B^T, B = S diag(sqrt(a) (x) 1_r): B's leading left
+    # singular vectors (thin SVD of an n x (k r) matrix).
+    sa = np.sqrt(np.repeat(np.clip(a, 0.0, None), r))
+    U = thin_svd(S * sa[None, :])[0][:, :r]
+    med = float(np.median(d))
+    kept = d <= outlier_ratio * med + 1e-12
+    wk = w[kept]
+    Zbar = np.tensordot(wk / wk.sum(), Z[kept], axes=1)
+    V = U @ polar(U.T @ Zbar)
+    return GrassmannMedian(V, a, d, kept, it, reason)

@@ -35,6 +35,8 @@ from fedep.core.trimming import (
     log_scores,
 )
 from fedep.data.readers.frames import release_arrow_memory
+from fedep.detectors.blocks import apply_in_blocks, block_rows
+from fedep.detectors.blocks import check_groups as _check_groups
 from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
 from fedep.detectors.lineage import data_window
 from fedep.detectors.trust import describe as describe_trust
@@ -111,33 +113,8 @@ _FEDERATION_SUMMARIES: dict = {
     "warm_start": "refit a fitted model from its own state (the CLI takes the model file)",
     "penalty_scaling": "relative: penalties scaled to each client; paper: literal",
     "consensus_weights": "clients' weights: auto, curvature, samples or uniform",
-    "aggregation": "server step: mean; median or trimmed resist bad gateways",
+    "aggregation": "server step: mean; median, trimmed or grassmann resist bad gateways",
 }
-
-
-def _id_kind(g) -> str:
-    if isinstance(g, str | bytes):
-        return "text"
-    if isinstance(g, numbers.Number):
-        return "number"
-    return "missing" if g is None else type(g).__name__
-
-
-def _check_groups(groups, n: int) -> np.ndarray:
-    """One client id per row of X, as a 1-D array without NaN/inf."""
-    groups = np.asarray(groups)
-    if groups.ndim != 1 or groups.shape[0] != n:
-        raise ValueError(
-            f"groups must be 1-D with one client id per row of X ({n} rows); "
-            f"got shape {groups.shape}"
-        )
-    if groups.dtype.kind == "f" and not np.isfinite(groups).all():
-        raise ValueError("groups holds NaN or inf client ids")
-    if groups.dtype.kind == "O":
-        kinds = sorted({_id_kind(g) for g in groups.tolist()})
-        if len(kinds) > 1:  # 1 and "1" would be two clients that cannot be sorted
-            raise ValueError(f"groups mixes client ids of kinds {', '.join(kinds)}: use one")
-    return groups
 
 
 class BaseFederatedDetector(BaseEstimator):
@@ -476,6 +453,7 @@ class BaseFederatedDetector(BaseEstimator):
         feature_names=None,
         features=None,
         rank_reason=None,
+        copy: bool = True,
     ) -> None:
         """Make this detector fitted: the one place the fitted arrays are set.
 
@@ -499,9 +477,12 @@ class BaseFederatedDetector(BaseEstimator):
         rank_reason : str, optional
             Sets ``rank_reason_``, how the rank was chosen (default: given as
             ``n_components``); ``n_components_`` is the number of components.
+        copy : bool, default=True
+            Copy the bases (False: take float64 arrays as they are, e.g. freshly read
+            from a model file, whose per-client bases can be its largest array).
         """
-        self.components_ = np.array(components, dtype=float)
-        self.client_components_ = np.array(client_components, dtype=float)
+        self.components_ = np.array(components, dtype=float, copy=copy or None)
+        self.client_components_ = np.array(client_components, dtype=float, copy=copy or None)
         self.clients_ = np.asarray(clients)
         self.mean_ = np.asarray(mean, dtype=float)
         self.scale_ = np.asarray(scale, dtype=float)
@@ -660,7 +641,22 @@ class BaseFederatedDetector(BaseEstimator):
         known = self.clients_[pos] == groups
         return np.where(known, pos, -1)
 
+    def scoring_block_rows(self) -> int:
+        """Rows scored at a time: a block of model coordinates (rows x the model's
+        features, float64) holds at most
+        :data:`fedep.detectors.blocks.SCORING_BLOCK_BYTES`, so that a model with very
+        many features (a wide vocabulary) costs time, not memory, on a large input.
+        ``fedep score`` reads its input in chunks of at most this many rows."""
+        check_is_fitted(self, "components_")
+        return block_rows(max(self.components_.shape[1], getattr(self, "n_features_in_", 1)))
+
     def _apply(self, X, groups, fn):
+        """``fn`` over ``X`` in blocks of :meth:`scoring_block_rows` rows."""
+        return apply_in_blocks(
+            X, groups, self.scoring_block_rows(), lambda x, g: self._apply_block(x, g, fn)
+        )
+
+    def _apply_block(self, X, groups, fn):
         Z = self._transform_input(X)
         if groups is None:
             return self._global_scores(Z, fn)

@@ -213,12 +213,25 @@ def fit_gateways(
     """
     if start is None:
         pipe = gateways.features()
-        moments = gateways.moments()
-        std = standardization(
-            combine_moments(moments), pipeline=pipe, standardize=bool(est.standardize)
-        )
+        moments: list = []
+
+        def merged_std() -> Standardization:
+            # the moments of the gateways still in the run (a transport may drop one)
+            moments[:] = gateways.moments()
+            return standardization(
+                combine_moments(moments), pipeline=pipe, standardize=bool(est.standardize)
+            )
+
+        std = merged_std()
         check_rank(est.n_components, std.mean.shape[0])
-        est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+        while True:
+            labels = list(gateways.labels)
+            est.n_components_, est.rank_reason_ = choose_gateway_rank(est, gateways, std)
+            if list(gateways.labels) == labels:
+                break
+            # A gateway left while the rank was chosen: its moments leave the scaling, and
+            # the others' Gram matrices are asked again in the new units.
+            std = merged_std()
     else:
         pipe = gateways.features(start.features)
         n = start.std.mean.shape[0]

@@ -164,12 +164,16 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         (sample-weighted; ``nu`` is then per record); ``"uniform"`` ``nu_i = nu``
         (plain mean). ``"auto"``: ``"curvature"`` with ``penalty_scaling="relative"``,
         ``"uniform"`` with ``"paper"``.
-    aggregation : {"mean", "median", "trimmed"}, default="mean"
+    aggregation : {"mean", "median", "trimmed", "grassmann"}, default="mean"
         Server step: ``"mean"`` is the exact V-step above; ``"median"`` (geometric
-        median of the proposals ``W_i + Pi_i / nu_i``) and ``"trimmed"`` (drops the 20%
-        of clients whose spans are farthest from the others', then the V-step of the
-        rest) bound what a few compromised gateways can do to the global basis (see
-        :mod:`fedep.core.aggregation`).
+        median of the proposals ``W_i + Pi_i / nu_i``, each client once),
+        ``"trimmed"`` (drops the 20% of clients whose spans are farthest from the
+        others', then the V-step of the rest, each weight capped at twice the median)
+        and ``"grassmann"`` (geometric median of the clients' projectors on the
+        Grassmannian) bound what a minority of compromised gateways can do to the
+        global basis, whatever ``nu_i`` they report; they stop by the server's own
+        measures (see :mod:`fedep.core.aggregation`,
+        :func:`fedep.federation.rounds.converged`).
     n_rounds : int, default=200
         Communication-round cap.
     tol : float, default=1e-4
@@ -505,11 +509,12 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         Grassmann projection ``(I - W W^T) g``, which cannot rotate a basis inside its
         span, so a difference of frames between ``W_i`` and ``Z`` never closes and the
         dual grows every round.
-    aggregation : {"mean", "median", "trimmed"}, default="mean"
+    aggregation : {"mean", "median", "trimmed", "grassmann"}, default="mean"
         Server step: ``"mean"`` averages the clients' bases (the authors' rule);
-        ``"median"`` (their geometric median) and ``"trimmed"`` (drops the 20% of
-        clients whose spans are farthest from the others') bound what a few
-        compromised gateways can do to the global basis.
+        ``"median"`` (their geometric median), ``"trimmed"`` (drops the 20% of
+        clients whose spans are farthest from the others') and ``"grassmann"``
+        (geometric median of their projectors) bound what a minority of compromised
+        gateways can do to the global basis.
     tol : float, default=1e-5
         Stop when, over the last 10 rounds, no round changed the objective (the
         clients' summed reconstruction errors) by more than ``tol`` times the

@@ -152,6 +152,23 @@ def _read_numeric(s: pd.Series, d: ColumnDecision) -> np.ndarray:
     return out
 
 
+_VOCABULARY_INDEXES: dict[int, tuple[tuple, pd.Index]] = {}
+
+
+def _vocabulary_index(vocabulary: tuple) -> pd.Index:
+    """A vocabulary as a ``pd.Index`` whose hash table is built once per vocabulary (not
+    once per scored block: a wide vocabulary scored in many blocks). Keyed by the
+    tuple's identity, kept with the tuple; at most 256 entries."""
+    hit = _VOCABULARY_INDEXES.get(id(vocabulary))
+    if hit is not None and hit[0] is vocabulary:
+        return hit[1]
+    if len(_VOCABULARY_INDEXES) >= 256:
+        _VOCABULARY_INDEXES.pop(next(iter(_VOCABULARY_INDEXES)))
+    index = pd.Index(list(vocabulary), dtype=object)
+    _VOCABULARY_INDEXES[id(vocabulary)] = (vocabulary, index)
+    return index
+
+
 def _one_hot_codes(s: pd.Series, d: ColumnDecision) -> np.ndarray:
     """Vocabulary index of every value of a one-hot column (``len(d.vocabulary)``: other).
 
@@ -159,7 +176,7 @@ def _one_hot_codes(s: pd.Series, d: ColumnDecision) -> np.ndarray:
     (:func:`string_view`) and looked up once each, not once per row.
     """
     k = len(d.vocabulary)
-    vocab = pd.Index(list(d.vocabulary), dtype=object)
+    vocab = _vocabulary_index(d.vocabulary)
     codes, uniques = pd.factorize(s, use_na_sentinel=True)
     fam = column_family(s)
     ukeys = string_view(pd.Series(uniques, dtype=s.dtype if fam != "string" else object), fam)

@@ -36,6 +36,7 @@ __all__ = [
     "stop_reason_of",
     "STOP_MEASURES",
     "STOP_WINDOW",
+    "consensus_change",
     "lagrangian_change",
     "remerge_change",
 ]
@@ -226,6 +227,16 @@ def remerge_change(M: np.ndarray, V: np.ndarray) -> float:
     return float(projector_distance(polar(M), polar(V)) / np.sqrt(M.shape[1]))
 
 
+def consensus_change(history: list[dict], window: int = STOP_WINDOW) -> float | None:
+    """Largest move of the consensus per round, ``||V^k - V^{k-1}||_F / sqrt(r)`` (the
+    records' ``v_change``), over the last ``window`` rounds (None before ``window``
+    rounds): the robust rules' stationarity measure, computed by the server on what it
+    aggregated, so that no client's reported metrics can end (or hold) the run."""
+    if len(history) < window:
+        return None
+    return float(max(h["v_change"] for h in history[-window:]))
+
+
 def converged(record: dict, tol: float, method: str) -> bool:
     """Stopping test on a round's record (``lagrangian_change`` added by the loop).
 
@@ -249,6 +260,15 @@ def converged(record: dict, tol: float, method: str) -> bool:
     energy that the model leaves unexplained, as the residuals are relative to
     ``||X||``.
 
+    With a robust server step (``aggregation`` other than ``"mean"``; the record then
+    has ``consensus_change``) the test reads only what the server measured itself: the
+    consensus moved by at most ``sqrt(tol)`` per round over the last
+    :data:`STOP_WINDOW` rounds (:func:`consensus_change`) and the residuals that
+    :func:`~fedep.federation.server.server_round` computes robustly are at most
+    ``sqrt(tol)``. The Lagrangian and the data energy are sums of the clients' own
+    reports: one that claims a huge ``||X_i||^2`` or a frozen objective would end the
+    run at will.
+
     FedPG's server has no penalty-weighted Lagrangian; it stops when its objective
     (the pooled reconstruction error of the consensus the clients received, i.e. of
     the global model; not of their local bases, which keep closing on the consensus
@@ -258,6 +278,14 @@ def converged(record: dict, tol: float, method: str) -> bool:
     the official splits at the automatic rank) while the reconstruction error, and so
     every detection score, no longer moves.
     """
+    if "consensus_change" in record:
+        # A robust server step: stationarity and feasibility by the server's own
+        # measures (see consensus_change and server_round), first-order like the
+        # primal residuals, so compared with sqrt(tol).
+        change = record["consensus_change"]
+        primal = max(record["consensus_residual_rel"], record["data_residual_rel"])
+        bound = np.sqrt(tol)
+        return bool(change is not None and change <= bound and primal <= bound)
     if method == "fedpg":
         change = record.get("objective_change")
         return bool(change is not None and change <= tol)
@@ -301,8 +329,9 @@ def run_rounds(
     on_round : callable, optional
         ``on_round(round, V, record)`` after each round, with the new consensus
         ``V`` (n, r) and the round's record.
-    aggregation : {"mean", "median", "trimmed"}, default="mean"
-        The server step (see :func:`~fedep.federation.server.server_round`).
+    aggregation : {"mean", "median", "trimmed", "grassmann"}, default="mean"
+        The server step (see :func:`~fedep.federation.server.server_round`); the
+        robust ones stop by the server's own measures (:func:`converged`).
     remerge : bool, default=False
         FedEP only, with every client in every round and ``aggregation="mean"``: start
         with re-merges (see :func:`remerge_change`). In each of the first rounds the
@@ -365,7 +394,9 @@ def run_rounds(
         V = V_new
         result.history.append(rec)
         if k >= d:  # comparable only over the same clients
-            if method == "fedpg":
+            if aggregation != "mean":
+                rec["consensus_change"] = consensus_change(result.history)
+            elif method == "fedpg":
                 rec["objective_change"] = lagrangian_change(result.history, key="objective")
             else:
                 rec["lagrangian_change"] = lagrangian_change(result.history)

@@ -135,10 +135,13 @@ def server_round(
         Merged replies of the clients that answered.
     V_prev : ndarray of shape (n, r)
         Consensus before the round.
-    aggregation : {"mean", "median", "trimmed"}, default="mean"
+    aggregation : {"mean", "median", "trimmed", "grassmann"}, default="mean"
         The server step (:func:`fedep.core.aggregation.robust_step`): ``"mean"`` is the
-        exact V-step (FedEP) or the mean of the bases (FedPG); ``"median"`` and
-        ``"trimmed"`` bound the influence of a few clients that send arbitrary bases.
+        exact V-step (FedEP) or the mean of the bases (FedPG); the others bound the
+        influence of a few clients that send arbitrary bases, and their stopping
+        residuals are measured by the server (``consensus_residual_rel``: the kept
+        clients' bases against ``V``, each once; ``data_residual_rel``: the median of
+        the kept clients' relative data residuals), not weighted by reported values.
 
     Returns
     -------
@@ -177,6 +180,18 @@ def server_round(
     nuk = rep.nu if every else rep.nu[kept]
     xnorm = float(np.sqrt(np.sum(x2)))
     r = V.shape[1]
+    robust = aggregation != "mean"
+    if robust:
+        # What the clients say about themselves must not move the stopping test: the
+        # consensus residual is the server's own (bases against V, every kept client
+        # once, not by its reported nu_i) and the data residual the median of the kept
+        # clients' relative residuals (a minority cannot move it past the honest ones).
+        Wk = rep.W if every else rep.W[kept]
+        cons_rel = float(np.sqrt(np.mean(np.sum((Wk - V) ** 2, axis=(1, 2))) / r))
+        data_rel = float(np.median(dres / np.sqrt(np.maximum(x2, 1e-300))))
+    else:
+        cons_rel = float(np.sqrt(np.sum(nuk * ck**2) / np.sum(nuk) / r))
+        data_rel = float(np.sqrt(np.sum(dres**2)) / max(xnorm, 1e-300))
     record = {
         "n_clients": int(rep.W.shape[0]),
         "objective": objective,
@@ -187,9 +202,10 @@ def server_round(
         "consensus_residual": float(np.sqrt(np.sum(ck**2))),
         # Weighted by nu_i, the clients' weights in the V-step: a client whose penalty
         # (and so whose say in V) is small cannot hold the stopping test hostage.
-        "consensus_residual_rel": float(np.sqrt(np.sum(nuk * ck**2) / np.sum(nuk) / r)),
+        # (Robust rules: the server's own measure, see above.)
+        "consensus_residual_rel": cons_rel,
         "data_residual": float(np.sqrt(np.sum(dres**2))),
-        "data_residual_rel": float(np.sqrt(np.sum(dres**2)) / max(xnorm, 1e-300)),
+        "data_residual_rel": data_rel,
         "v_change": float(np.linalg.norm(V - V_prev) / np.sqrt(r)),
         # ADMM dual residual (Boyd et al. 2011, sec. 3.3) relative to the gradient scale.
         "dual_residual_rel": float(

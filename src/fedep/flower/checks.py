@@ -58,6 +58,37 @@ def read_count(value: object, what: str = "count") -> int:
     return int(value)
 
 
+#: Most records a gateway may declare at first contact: a count is exact in float64
+#: (the moments' arithmetic) only up to 2**53.
+MAX_DECLARED_COUNT = 2**53
+#: Most a gateway's declared record count may exceed the median of the gateways'
+#: declared counts (with three gateways or more): the shared scaling weighs each
+#: gateway's moments by its count, and honest gateways differ by their traffic, not by
+#: orders of magnitude.
+COUNT_SPREAD = 100
+
+
+def outsized_counts(counts: dict[str, int]) -> dict[str, str]:
+    """The gateways whose declared count is out of bounds, and why (one line each).
+
+    A count is refused above :data:`MAX_DECLARED_COUNT`, and (three gateways or more)
+    above :data:`COUNT_SPREAD` times the median of the declared counts: a gateway that
+    claims a huge count would otherwise own the merged moments (the shared mean and
+    scale) and every later check that binds its replies to its enrolment.
+    """
+    out = {}
+    med = float(np.median(list(counts.values()))) if len(counts) >= 3 else None
+    for lab, c in counts.items():
+        if c > MAX_DECLARED_COUNT:
+            out[lab] = f"declared {c} records, more than {MAX_DECLARED_COUNT}"
+        elif med is not None and c > COUNT_SPREAD * max(med, 1.0):
+            out[lab] = (
+                f"declared {c} records, more than {COUNT_SPREAD} times the gateways' "
+                f"median ({med:.0f})"
+            )
+    return out
+
+
 def _array(a, name: str, shape: tuple[int, ...]) -> np.ndarray:
     # the size first: a reply cannot make the server convert more than it asked for
     size = getattr(a, "size", None)

@@ -70,6 +70,7 @@ DATA_ERROR_CODE = 100
 _DATA = "fedep.data"  # raw records (local only)
 _STD = "fedep.std"  # mean, scale, constant
 _COHORT = "fedep.cohort"  # the cohort's state_arrays()
+_SEQ = "fedep.seq"  # the last signed exchange accepted (verify-key)
 _META = "fedep.meta"  # label, feature names, pipeline, method, parameters, cohort spec
 _KEEP = "fedep.keep"  # the records kept by record trimming (local only; absent: all)
 _REF = "fedep.reference"  # the trusted reference records, model features (local only)
@@ -240,14 +241,21 @@ def _moments_reply(msg: Message, X: np.ndarray, label: str) -> Message:
 
 
 def _verified(handler):
-    """Refuse a server message that is unsigned, altered, or signed for another run or
-    another node when ``verify-key`` is set (the run and node are the context's)."""
+    """Refuse a server message that is unsigned, altered, signed for another run or
+    another node, or replayed from an exchange this gateway has passed, when
+    ``verify-key`` is set (the run and node are the context's; the last accepted
+    exchange's number is kept in its state, which starts empty with each run)."""
 
     @functools.wraps(handler)
     def wrapper(msg: Message, context: Context) -> Message:
         key = parse_key(str(context.node_config.get("verify-key") or ""))
         if key is not None:
-            verify_message(msg, key, run_id=context.run_id, node_id=context.node_id)
+            rec = context.state.config_records.get(_SEQ)
+            last = None if rec is None else int(rec["seq"])
+            seq = verify_message(
+                msg, key, run_id=context.run_id, node_id=context.node_id, last_seq=last
+            )
+            context.state[_SEQ] = ConfigRecord({"seq": seq})
         return handler(msg, context)
 
     return wrapper

@@ -45,6 +45,7 @@ from fedep.federation.server import merge_reports, out_of_scale, validate_report
 from fedep.flower.checks import (
     check_gram,
     check_label,
+    outsized_counts,
     read_count,
     read_moments,
     read_summaries,
@@ -101,7 +102,7 @@ class FlowerGateways:
         Rounds in a row a gateway may miss before it leaves the run.
     pipeline_params : dict
         The feature pipeline's parameters (gateways holding raw tables).
-    first_moments : list of Moments or None
+    first_moments : dict of label -> Moments, or None
         The numeric gateways' moments from the first contact (None: raw tables).
     declared : dict of label -> int
         Each gateway's record count, declared at first contact: every later count it
@@ -125,7 +126,7 @@ class FlowerGateways:
         min_clients: int,
         max_misses: int,
         pipeline_params: dict | None = None,
-        first_moments: list[Moments] | None = None,
+        first_moments: dict[str, Moments] | None = None,
         declared: dict[str, int] | None = None,
         columns: dict[str, int] | None = None,
         secure: bool = False,
@@ -291,8 +292,12 @@ class FlowerGateways:
         enrolled = roster.parse(
             by_label, "first contact", enrol, min_clients=min_clients, what="the first contact"
         )
-        first = None if (tables or secure) else [m for _, m in enrolled]
         counts = {lab: (v[0] if (tables or secure) else v.count) for lab, v in enrolled}
+        for lab, why in outsized_counts(counts).items():
+            roster.drop(lab, "first contact", why, min_clients, "the first contact")
+            del counts[lab]
+        enrolled = [(lab, v) for lab, v in enrolled if lab in counts]
+        first = None if (tables or secure) else {lab: m for lab, m in enrolled}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
         knows = {k: any(_flag(rep, k) for _, rep in by_label) for k in ("reference", "feedback")}
         n_features = None
@@ -372,8 +377,10 @@ class FlowerGateways:
     def moments(self) -> list[Moments]:
         """The first contact's moments, or (raw tables) the moments of the pipeline's
         outputs: the fitted pipeline goes to every gateway, which transforms its table
-        and keeps the result. Under secure aggregation, one pooled moments: two secure
-        sums (the records' sum, then the squared deviations from the pooled mean)."""
+        and keeps the result. Only the gateways still in the run: a gateway dropped
+        since does not count in what is merged from them afterwards. Under secure
+        aggregation, one pooled moments: two secure sums (the records' sum, then the
+        squared deviations from the pooled mean)."""
         if self._moments is None and self.secure:
             n = self.n_features
             first = self._secure_sum("moments", {"n": (1,), "sum": (n,)})
@@ -398,8 +405,10 @@ class FlowerGateways:
             )
             replies = self._ask(content, "query.moments", "moments", "the moments")
             n_out = len(self._pipe.get_feature_names_out())
-            self._moments = [m for _, m in self._parse(replies, "moments", self._reader(n_out))]
-        return self._moments
+            self._moments = dict(self._parse(replies, "moments", self._reader(n_out)))
+        if self.secure:
+            return self._moments  # one pooled sum: no gateway's share can be taken out
+        return [self._moments[lab] for lab in self.roster.order if lab in self._moments]
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
         n = std.mean.shape[0]

@@ -94,16 +94,21 @@ def content_digest(
     group_id: str,
     run_id: int | None = None,
     dst_node_id: int | None = None,
+    seq: int | None = None,
 ) -> str:
-    """SHA-256 over a message's type, group, run, recipient and every record except
-    ``signature``.
+    """SHA-256 over a message's type, group, run, recipient, sequence number and every
+    record except ``signature``.
 
     Arrays count by name, dtype, shape and bytes; config and metric records by their
     canonical JSON. What a gateway verifies before it acts on a server message: the run
     id and the recipient node id bind a signed message to its run and its gateway (one
-    captured from another run, or sent to another gateway, does not verify there).
+    captured from another run, or sent to another gateway, does not verify there); the
+    sequence number (the server's count of the exchanges it started in this run) orders
+    it within the run, so that one replayed from an earlier round or phase is refused.
     """
-    h = hashlib.sha256(f"{message_type}\0{group_id}\0run={run_id}\0node={dst_node_id}\0".encode())
+    h = hashlib.sha256(
+        f"{message_type}\0{group_id}\0run={run_id}\0node={dst_node_id}\0seq={seq}\0".encode()
+    )
     for key in sorted(content.keys()):
         if key == "signature":
             continue
@@ -119,29 +124,44 @@ def content_digest(
     return h.hexdigest()
 
 
-def sign_message(msg: Message, key) -> None:
+def sign_message(msg: Message, key, seq: int = 0) -> None:
     """Attach a ``signature`` record (Ed25519 or HMAC, :mod:`fedep.modelfile`) to ``msg``.
 
-    The signature covers the message's run (``metadata.run_id``) and recipient
-    (``metadata.dst_node_id``), which the record also names (``run-id``, ``node-id``)
-    so that a gateway can say which run and node a refused message was signed for.
+    The signature covers the message's run (``metadata.run_id``), recipient
+    (``metadata.dst_node_id``) and sequence number ``seq`` (increasing over the run's
+    exchanges), which the record also names (``run-id``, ``node-id``, ``seq``) so that
+    a gateway can say which run, node and step a refused message was signed for.
     """
     md = msg.metadata
-    run, node = int(md.run_id), int(md.dst_node_id)
-    digest = content_digest(msg.content, md.message_type, md.group_id, run, node)
+    run, node, seq = int(md.run_id), int(md.dst_node_id), int(seq)
+    digest = content_digest(msg.content, md.message_type, md.group_id, run, node, seq)
     msg.content["signature"] = ConfigRecord(
-        {"json": json.dumps(sign_digest(digest, key)), "run-id": run, "node-id": node}
+        {
+            "json": json.dumps(sign_digest(digest, key)),
+            "run-id": run,
+            "node-id": node,
+            "seq": seq,
+        }
     )
 
 
 def verify_message(
-    msg: Message, key, *, run_id: int | None = None, node_id: int | None = None
-) -> None:
-    """Refuse a server message that is unsigned, altered, or signed for another run or
-    another node (ValueError, one line).
+    msg: Message,
+    key,
+    *,
+    run_id: int | None = None,
+    node_id: int | None = None,
+    last_seq: int | None = None,
+) -> int:
+    """Refuse a server message that is unsigned, altered, signed for another run or
+    another node, or not newer than the last one accepted (ValueError, one line).
 
     ``run_id`` and ``node_id`` are the gateway's own (its ``Context``); the run and
-    node the signature covers must be them.
+    node the signature covers must be them. ``last_seq`` is the sequence number of the
+    last message this gateway accepted in this run (None: none yet): a message signed
+    with a number at or below it was sent for a round or phase already passed (a
+    replay). Returns the message's sequence number (to remember as the new
+    ``last_seq``).
     """
     what = f"refused {msg.metadata.message_type} message"
     if "signature" not in msg.content.config_records:
@@ -149,15 +169,15 @@ def verify_message(
     rec = msg.content["signature"]
     try:
         block = json.loads(str(rec["json"]))
-        run, node = rec["run-id"], rec["node-id"]
+        run, node, seq = rec["run-id"], rec["node-id"], rec["seq"]
     except KeyError as exc:
         raise ValueError(f"{what}: signature record lacks {exc}") from None
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (run, node)):
-        raise ValueError(f"{what}: signature record's run-id / node-id are not integers")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (run, node, seq)):
+        raise ValueError(f"{what}: signature record's run-id / node-id / seq are not integers")
     md = msg.metadata
-    digest = content_digest(msg.content, md.message_type, md.group_id, run, node)
+    digest = content_digest(msg.content, md.message_type, md.group_id, run, node, seq)
     try:
         verify_digest(block, digest, key)
     except ValueError as exc:
@@ -167,6 +187,12 @@ def verify_message(
         raise ValueError(f"{what}: signed for run {run}, this is run {int(run_id)}")
     if node_id is not None and node != int(node_id):
         raise ValueError(f"{what}: signed for node {node}, this node is {int(node_id)}")
+    if last_seq is not None and seq <= int(last_seq):
+        raise ValueError(
+            f"{what}: replayed (signed as exchange {seq} of run {run}; this gateway "
+            f"is at exchange {int(last_seq)})"
+        )
+    return seq
 
 
 def arrays_of(rec: ArrayRecord) -> dict[str, np.ndarray]:

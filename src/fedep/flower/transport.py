@@ -95,22 +95,27 @@ def exchange(
 class SigningGrid:
     """A grid that signs every message it pushes (gateways with ``verify-key`` check).
 
-    Signatures cover the message type, group, run id, recipient node id and every
-    record (see :func:`~fedep.flower.messages.content_digest`), so a gateway configured
-    with the server's key refuses a global model, a setup or a query that is unsigned,
-    altered on the way, captured from another run or addressed to another gateway.
+    Signatures cover the message type, group, run id, recipient node id, a sequence
+    number and every record (see :func:`~fedep.flower.messages.content_digest`), so a
+    gateway configured with the server's key refuses a global model, a setup or a query
+    that is unsigned, altered on the way, captured from another run, addressed to
+    another gateway, or replayed from an earlier round or phase of this run. The
+    sequence number counts the exchanges (one per push) from 1 at the run's start; a
+    grid serves one run.
     """
 
     def __init__(self, grid: Grid, key):
         self._grid, self._key = grid, key
+        self._seq = 0
 
     def push_messages(self, messages):
         messages = list(messages)
+        self._seq += 1
         for m in messages:
             # Each message its own top-level content (records stay shared): a phase
             # sends one RecordDict to every gateway, and each signature names its node.
             m.content = RecordDict(dict(m.content.items()))
-            sign_message(m, self._key)
+            sign_message(m, self._key, self._seq)
         return self._grid.push_messages(messages)
 
     def __getattr__(self, name):

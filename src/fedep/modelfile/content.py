@@ -19,6 +19,7 @@ import numpy as np
 from fedep import detectors
 from fedep._errors import one_line
 from fedep.features.decide import ACTIONS, KINDS
+from fedep.features.sketches import DEFAULT_SKETCH_SIZE
 from fedep.federation.rounds import STOP_REASONS
 
 # --------------------------------------------------------------------------- the schema
@@ -300,9 +301,39 @@ _MOMENTS: dict[str, _Value] = {
 }
 
 
+@dataclass(frozen=True)
+class _Declared:
+    """An array as the manifest declares it (dtype and shape; no data)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def declared_arrays(manifest: dict) -> dict[str, _Declared]:
+    """The manifest's arrays as dtype-and-shape stand-ins for :func:`_check_shapes`."""
+    return {
+        name: _Declared(np.dtype(m["dtype"]), tuple(int(n) for n in m["shape"]))
+        for name, m in manifest.items()
+    }
+
+
 def _check_arrays(files: dict, clients_kind: str | None) -> None:
     """The fitted arrays against :data:`_ARRAYS`: names, dtypes, dimensions and shapes,
     and ``clients_`` as ``fit`` stores it (distinct, increasing)."""
+    _check_shapes(files, clients_kind)
+    _check_clients(files["clients_"])
+    for name in detectors.STATE_ARRAYS:
+        if name in files and not np.isfinite(files[name]).all():
+            raise ValueError(f"array {name!r} holds NaN or inf")
+
+
+def _check_shapes(files: dict, clients_kind: str | None) -> dict[str, int]:
+    """Names, dtypes, dimensions and shapes of the arrays (real ones, or the manifest's
+    :class:`_Declared` stand-ins); returns the named dimensions."""
     missing = [n for n in detectors.FITTED_ARRAYS if n not in files]
     if missing:
         raise ValueError(f"lacks the array(s) {missing}")
@@ -335,13 +366,13 @@ def _check_arrays(files: dict, clients_kind: str | None) -> None:
     empty = [d for d, n in size.items() if n < 1]
     if empty:
         raise ValueError(f"the arrays have {empty[0]} = 0")
-    clients = files["clients_"]
+    return size
+
+
+def _check_clients(clients: np.ndarray) -> None:
     if clients.dtype.kind == "f" and not np.isfinite(clients).all():
         raise ValueError("array 'clients_' holds NaN or infinite client ids")
     # fit stores np.unique's labels; scoring finds a client by binary search in them
-    for name in detectors.STATE_ARRAYS:
-        if name in files and not np.isfinite(files[name]).all():
-            raise ValueError(f"array {name!r} holds NaN or inf")
     if clients.size > 1 and not (clients[1:] > clients[:-1]).all():
         values, counts = np.unique(clients, return_counts=True)
         if (counts > 1).any():
@@ -361,6 +392,15 @@ def _check_lineage(data: dict) -> None:
         raise ValueError("lineage['gateway_rows'] must have one count per gateway")
 
 
+def knot_cap(sketch_size: Any) -> int:
+    """Most distribution-function knots one column's sketch can give: two per non-empty
+    bin, ``sketch_size`` bins per decade, both signs, over the 321 decades of float64
+    magnitudes from the sketch's zero bin (1e-12) up, and the zero bin."""
+    b = sketch_size if _is_number(sketch_size, integer=True) and sketch_size > 0 else 0
+    b = max(int(b), DEFAULT_SKETCH_SIZE)
+    return 2 * (2 * 321 * b + 1)
+
+
 def _check_pipeline_dict(data: dict) -> None:
     """The pipeline's dict against :data:`_PIPELINE` and :data:`_DECISION`: one
     decision per input column, in ``columns_in`` order (as ``decide_columns`` makes
@@ -374,6 +414,14 @@ def _check_pipeline_dict(data: dict) -> None:
         if d["name"] in seen:
             raise ValueError(f"{where} repeats the column {d['name']!r}")
         seen.add(d["name"])
+        knots = len(d.get("cdf_x", ()))
+        if knots != len(d.get("cdf_counts", ())):
+            raise ValueError(
+                f"{where} has {knots} cdf_x knots for {len(d.get('cdf_counts', ()))} counts"
+            )
+        cap = knot_cap(data["params"].get("sketch_size"))
+        if knots > cap:
+            raise ValueError(f"{where} has {knots} knots, more than its sketch allows ({cap})")
         if d["action"] in _NUMERIC_ACTIONS:
             for k in ("impute", "lo", "hi"):
                 if d.get(k) is None:

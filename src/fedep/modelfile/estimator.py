@@ -35,6 +35,8 @@ from fedep.modelfile.content import (
     _check_lineage,
     _check_object,
     _check_pipeline_dict,
+    _check_shapes,
+    declared_arrays,
 )
 from fedep.params import validate_params
 
@@ -125,7 +127,11 @@ def load_model(path, *, verify_key=None, require_signature=False):
     path = _model_path(path)
     digest: list = []
     meta, files = read_model_file(
-        path, verify_key=verify_key, require_signature=require_signature, digest_out=digest
+        path,
+        verify_key=verify_key,
+        require_signature=require_signature,
+        check_manifest=_check_manifest,
+        digest_out=digest,
     )
     try:
         det = _detector_from(meta, files)
@@ -140,7 +146,12 @@ def load_model(path, *, verify_key=None, require_signature=False):
         raise ModelFileError(f"model file {path}: inconsistent content ({what})") from None
 
 
-def _detector_from(meta: dict, files: dict):
+#: Most keys one round's record of ``history`` may hold (a record holds ~25).
+MAX_HISTORY_KEYS = 64
+
+
+def _check_meta(meta: dict):
+    """The metadata against the schema; returns the detector class and the scalars."""
     _check_object(meta, _META, "")
     cls = _DETECTORS.get(meta["class"])
     if cls is None:
@@ -148,6 +159,58 @@ def _detector_from(meta: dict, files: dict):
     known = ("threshold_", "n_features_in_", "clients_kind", *cls.persisted_scalars)
     sc = meta["scalars"]
     _check_object(sc, {k: _SCALARS[k] for k in known}, "scalars")
+    return cls, sc
+
+
+def _history_cap(params: dict) -> int:
+    """Most round records a model's ``history`` may hold: ``n_rounds`` per fit, one fit
+    per concentration step of record trimming (and the first)."""
+    rounds = params.get("n_rounds")
+    steps = params.get("trim_steps")
+    rounds = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else 1
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
+    return max(rounds, 1) * (max(steps, 0) + 1)
+
+
+def _check_manifest(meta: dict, manifest: dict) -> None:
+    """Before any array is decompressed: the arrays the manifest declares must be the
+    model's own, as its metadata describes it (a basis of ``n_components_`` x the
+    pipeline's outputs or ``n_features_in_``, per-client arrays of one client count),
+    and ``history`` no longer than the fit's rounds allow.
+
+    So the memory a file can make :func:`load_model` use is its own honest size (the
+    arrays its metadata implies) plus the metadata's cap: a declared array larger than
+    the model's dimensions is refused from the header, and scoring works in row blocks
+    of bounded size (:meth:`~fedep.detectors.base.BaseFederatedDetector.scoring_block_rows`).
+    """
+    cls, sc = _check_meta(meta)
+    size = _check_shapes(declared_arrays(manifest), sc.get("clients_kind"))
+    n, r = size["n_features"], size["n_components"]
+    data = meta.get("features")
+    if data is None:
+        n_model, what = sc["n_features_in_"], "scalars['n_features_in_']"
+    else:
+        n_model, what = len(_pipeline_from(data).get_feature_names_out()), "the feature pipeline"
+    if n != n_model:
+        raise ValueError(f"the arrays have {n} features, {what} {n_model}")
+    rank = sc.get("n_components_")
+    if r > n or (rank is not None and r != rank):
+        raise ValueError(
+            f"{r} components for n_components={meta['params'].get('n_components')!r} "
+            f"(n_components_={rank!r}) and {n} features"
+        )
+    history = meta.get("history")
+    if history is not None:
+        cap = _history_cap(meta["params"])
+        if len(history) > cap:
+            raise ValueError(f"'history' has {len(history)} rounds, more than the fit's {cap}")
+        for i, h in enumerate(history):
+            if len(h) > MAX_HISTORY_KEYS:
+                raise ValueError(f"'history'[{i}] has {len(h)} keys (at most {MAX_HISTORY_KEYS})")
+
+
+def _detector_from(meta: dict, files: dict):
+    cls, sc = _check_meta(meta)
     _check_arrays(files, sc.get("clients_kind"))
     params = dict(meta["params"])
     if isinstance(params.get("features"), dict):
@@ -164,7 +227,7 @@ def _detector_from(meta: dict, files: dict):
         raise ValueError("feature_names_in_ are not the feature pipeline's input columns")
     clients = files["clients_"]
     if sc.get("clients_kind") in ("i", "u"):
-        clients = clients.astype(np.int64)
+        clients = clients.astype(np.int64, copy=False)
     det.set_fitted(
         components=files["components_"],
         client_components=files["client_components_"],
@@ -174,6 +237,7 @@ def _detector_from(meta: dict, files: dict):
         constant_features=files["constant_features_"],
         feature_names=names,
         features=pipe,
+        copy=False,  # fresh arrays, read for this detector alone
     )
     det.threshold_ = float(sc["threshold_"])
     det.client_thresholds_ = np.asarray(files["client_thresholds_"], dtype=float)
@@ -235,6 +299,13 @@ def _pipeline_from(data):
     return pipe
 
 
+def _all_finite(a: np.ndarray, block: int = 1 << 22) -> bool:
+    """``np.isfinite(a).all()`` over blocks of at most ``block`` values (no mask the
+    size of a large array)."""
+    flat = a.reshape(-1)
+    return all(np.isfinite(flat[i : i + block]).all() for i in range(0, flat.size, block))
+
+
 def _check_consistent(det, n_features: int) -> None:
     """What the schema cannot see alone: the rank against the parameters, the number
     of features against the pipeline and the names, and the values of the arrays."""
@@ -261,7 +332,7 @@ def _check_consistent(det, n_features: int) -> None:
         raise ValueError("feature names are inconsistent")
     values = {
         "components_": np.isfinite(det.components_).all(),
-        "client_components_": np.isfinite(det.client_components_).all(),
+        "client_components_": _all_finite(det.client_components_),
         "mean_": np.isfinite(det.mean_).all(),
         "scale_": np.isfinite(det.scale_).all() and (det.scale_ > 0).all(),
         "client_thresholds_": np.isfinite(det.client_thresholds_).all(),

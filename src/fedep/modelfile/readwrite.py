@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zipfile
@@ -22,6 +23,7 @@ from fedep.modelfile.base import (
     MAX_CENTRAL_DIRECTORY,
     MAX_JSON_DEPTH,
     MAX_MEMBERS,
+    MAX_SIGNATURE_BYTES,
     META_MEMBER,
     SIGNATURE_MEMBER,
     _fail,
@@ -124,6 +126,23 @@ def write_model_file(
             fh.truncate()
 
 
+def signature_scheme(path: str | os.PathLike[str]) -> str | None:
+    """The scheme of a model file's signature member (``"ed25519"``, ``"hmac-sha256"``),
+    or None when it has none; for a file :func:`read_model_file` has accepted (a
+    signature it has not verified with a key says who *claims* to have signed it)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if SIGNATURE_MEMBER not in zf.namelist():
+                return None
+            info = zf.getinfo(SIGNATURE_MEMBER)
+            if info.file_size > MAX_SIGNATURE_BYTES:
+                return "unknown"
+            sig = json.loads(zf.read(info))
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return "unknown"
+    return str(sig.get("scheme", "unknown")) if isinstance(sig, dict) else "unknown"
+
+
 def read_model_file(
     path: str | os.PathLike[str],
     *,
@@ -133,6 +152,7 @@ def read_model_file(
     max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
     max_meta_bytes: int = DEFAULT_MAX_META_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
+    check_manifest: Any = None,
     digest_out: list | None = None,
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a model file written by :func:`write_model_file`.
@@ -149,6 +169,12 @@ def read_model_file(
     max_bytes, max_array_bytes, max_meta_bytes, max_ratio : int or float
         Caps on the file size and total inflated size, on one array member, on the
         metadata member, and on any member's compression ratio (see module docstring).
+    check_manifest : callable, optional
+        ``check_manifest(meta, manifest)`` once the metadata has passed its digest and
+        before any array is decompressed: ``manifest`` maps each array's name to its
+        ``{"dtype", "shape"}``. A ``ValueError`` it raises refuses the file (one line):
+        what the metadata says bounds the arrays it may hold, so that an array larger
+        than the model's own dimensions allow costs no time or memory.
     digest_out : list, optional
         Receives the file's integrity digest (the SHA-256 hex that a signature covers),
         appended once the file is verified (a model's lineage records its parent's).
@@ -213,6 +239,12 @@ def read_model_file(
                 manifest = env["arrays"]
                 if _meta_digest(env["meta"], manifest) != env["meta_sha256"]:
                     raise _Refuse("metadata was altered (integrity digest mismatch)")
+                if check_manifest is not None:
+                    try:
+                        check_manifest(env["meta"], manifest)
+                    except (ValueError, TypeError, KeyError) as exc:
+                        what = " ".join(str(exc).split()) or type(exc).__name__
+                        raise _Refuse(f"inconsistent content ({what})") from None
                 npy = {n[:-4] for n in members if n.endswith(".npy")}
                 if npy != set(manifest):
                     extra, missing = sorted(npy - set(manifest)), sorted(set(manifest) - npy)

@@ -149,6 +149,24 @@ def generate_signing_key(
         fh.write(public_pem)
 
 
+def write_public_key(sign_key: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Write the public key (SubjectPublicKeyInfo PEM) of an Ed25519 private key PEM.
+
+    Raises
+    ------
+    ValueError
+        One line: the file is not an unencrypted Ed25519 private key PEM.
+    """
+    serialization, _ = _crypto()
+    pem = (
+        _private_key(sign_key)
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    with atomic_write(path) as fh:
+        fh.write(pem)
+
+
 def _check_signature(raw: bytes, digest: str, verify_key: Any, key_error: list[Exception]) -> None:
     try:
         sig = _parse_json(raw, "signature")

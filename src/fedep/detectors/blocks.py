@@ -1,0 +1,92 @@
+"""Rows and their clients, as the detectors take them: client ids checked once, and
+scoring in row blocks of bounded memory."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+
+import numpy as np
+
+#: Most bytes of one block of model coordinates while scoring (see
+#: :meth:`fedep.detectors.base.BaseFederatedDetector.scoring_block_rows`).
+SCORING_BLOCK_BYTES = 32 * 2**20
+
+
+def _id_kind(g) -> str:
+    if isinstance(g, str | bytes):
+        return "text"
+    if isinstance(g, numbers.Number):
+        return "number"
+    return "missing" if g is None else type(g).__name__
+
+
+def check_groups(groups, n: int) -> np.ndarray:
+    """One client id per row of X, as a 1-D array without NaN/inf.
+
+    Parameters
+    ----------
+    groups : array-like of shape (n,)
+    n : int
+        Rows of X.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+
+    Raises
+    ------
+    ValueError
+        One line: a wrong shape, NaN/inf ids, or ids of mixed kinds.
+    """
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.shape[0] != n:
+        raise ValueError(
+            f"groups must be 1-D with one client id per row of X ({n} rows); "
+            f"got shape {groups.shape}"
+        )
+    if groups.dtype.kind == "f" and not np.isfinite(groups).all():
+        raise ValueError("groups holds NaN or inf client ids")
+    if groups.dtype.kind == "O":
+        kinds = sorted({_id_kind(g) for g in groups.tolist()})
+        if len(kinds) > 1:  # 1 and "1" would be two clients that cannot be sorted
+            raise ValueError(f"groups mixes client ids of kinds {', '.join(kinds)}: use one")
+    return groups
+
+
+def block_rows(n_features: int) -> int:
+    """Rows of a block of ``n_features`` float64 model coordinates within
+    :data:`SCORING_BLOCK_BYTES` (at least 1)."""
+    return max(1, SCORING_BLOCK_BYTES // (8 * max(int(n_features), 1)))
+
+
+def apply_in_blocks(X, groups, step: int, apply_block: Callable) -> np.ndarray:
+    """``apply_block(rows, groups_of_rows)`` over ``X`` in blocks of ``step`` rows.
+
+    Parameters
+    ----------
+    X : array-like or DataFrame of shape (n_samples, ...)
+    groups : array-like of shape (n_samples,) or None
+    step : int
+        Rows per block.
+    apply_block : callable
+        Returns an array whose first axis is the block's rows.
+
+    Returns
+    -------
+    ndarray
+        The blocks' results, concatenated in row order.
+    """
+    n = X.shape[0] if hasattr(X, "shape") else len(X)
+    if n <= step:
+        return apply_block(X, groups)
+    if not hasattr(X, "iloc"):
+        X = np.asarray(X)
+    if groups is not None:
+        groups = check_groups(groups, n)
+    parts = []
+    for a in range(0, n, step):
+        rows = X.iloc[a : a + step] if hasattr(X, "iloc") else X[a : a + step]
+        g = None if groups is None else groups[a : a + step]
+        parts.append(apply_block(rows, g))
+    return np.concatenate(parts)
