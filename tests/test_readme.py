@@ -4,6 +4,7 @@ on logs made here with known attacks. (The `fedep federate` line is run by
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -94,3 +95,32 @@ def test_the_zeek_walkthrough_runs_and_flags_the_attacks(tmp_path):
     assert "anomaly_score" in proc.stdout
     assert any(u in proc.stdout for u in scored.loc[flagged, "uid"])
     assert not any(u in proc.stdout for u in scored.loc[~flagged, "uid"])
+
+
+def test_the_live_section_runs_and_alerts_on_the_attacks(tmp_path):
+    """The README's ``fedep watch`` line, after the walkthrough's fit: one JSON alert per
+    flagged record, naming the record by its Zeek uid, mostly the attacks made here."""
+    (logs := tmp_path / "logs").mkdir()
+    for i, site in enumerate(("site-a", "site-b", "site-c")):
+        write_zeek(flows(600, seed=i), logs / f"{site}.conn.log")
+    (tmp_path / "today").mkdir()
+    today = flows(400, seed=9, attack_rate=0.05, t0=1.8e9)
+    write_zeek(today, tmp_path / "today" / "site-a.conn.log")
+    commands, _ = _blocks("bash", "Your own Zeek logs")
+    fit = [ln for ln in commands.splitlines() if ln.startswith("fedep fit")]
+    (live,) = _blocks("bash", "Live logs and alerts")
+    (watch,) = [ln for ln in live.splitlines() if ln.strip()]
+    assert watch.split()[:2] == ["fedep", "watch"]
+    for line in [*fit, watch]:
+        proc = _run(_fedep_argv(line), tmp_path)
+        assert proc.returncode == 0, (line, proc.stderr[-3000:])
+        assert "Traceback" not in proc.stderr
+    alerts = [json.loads(ln) for ln in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    alerts = [a for a in alerts if a.get("event") == "alert"]
+    assert alerts and all({"uid", "score", "threshold", "model"} <= set(a) for a in alerts)
+    uids = {a["uid"] for a in alerts}
+    assert len(uids) == len(alerts)  # one alert per record
+    attack = set(today.loc[today["label"] == 1, "uid"])
+    benign = set(today["uid"]) - attack
+    assert len(uids & attack) > 0.8 * len(attack)
+    assert len(uids & benign) < 0.2 * len(benign)
