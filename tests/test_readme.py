@@ -58,6 +58,18 @@ def _fedep_argv(line: str) -> list[str]:
     return [sys.executable, "-m", "fedep", *argv[1:]]
 
 
+def _zeek_logs(tmp_path: Path) -> pd.DataFrame:
+    """Three gateways' training logs under ``logs/`` and one gateway's day with 5 %
+    attacks under ``today/`` (returned, with its labels)."""
+    (logs := tmp_path / "logs").mkdir()
+    for i, site in enumerate(("site-a", "site-b", "site-c")):
+        write_zeek(flows(600, seed=i), logs / f"{site}.conn.log")
+    (tmp_path / "today").mkdir()
+    today = flows(400, seed=9, attack_rate=0.05, t0=1.8e9)
+    write_zeek(today, tmp_path / "today" / "site-a.conn.log")
+    return today
+
+
 def test_the_python_snippet_runs(tmp_path):
     (code,) = _blocks("python", "Use it from Python")
     proc = _run([sys.executable, "-c", code], tmp_path)
@@ -67,12 +79,7 @@ def test_the_python_snippet_runs(tmp_path):
 
 
 def test_the_zeek_walkthrough_runs_and_flags_the_attacks(tmp_path):
-    (logs := tmp_path / "logs").mkdir()
-    for i, site in enumerate(("site-a", "site-b", "site-c")):
-        write_zeek(flows(600, seed=i), logs / f"{site}.conn.log")
-    (tmp_path / "today").mkdir()
-    today = flows(400, seed=9, attack_rate=0.05, t0=1.8e9)
-    write_zeek(today, tmp_path / "today" / "site-a.conn.log")
+    today = _zeek_logs(tmp_path)
     commands, alerts = _blocks("bash", "Your own Zeek logs")
     lines = [ln for ln in commands.splitlines() if ln.strip() and not ln.startswith("#")]
     assert [ln.split()[:2] for ln in lines] == [["fedep", "fit"], ["fedep", "score"]]
@@ -100,12 +107,7 @@ def test_the_zeek_walkthrough_runs_and_flags_the_attacks(tmp_path):
 def test_the_live_section_runs_and_alerts_on_the_attacks(tmp_path):
     """The README's ``fedep watch`` line, after the walkthrough's fit: one JSON alert per
     flagged record, naming the record by its Zeek uid, mostly the attacks made here."""
-    (logs := tmp_path / "logs").mkdir()
-    for i, site in enumerate(("site-a", "site-b", "site-c")):
-        write_zeek(flows(600, seed=i), logs / f"{site}.conn.log")
-    (tmp_path / "today").mkdir()
-    today = flows(400, seed=9, attack_rate=0.05, t0=1.8e9)
-    write_zeek(today, tmp_path / "today" / "site-a.conn.log")
+    today = _zeek_logs(tmp_path)
     commands, _ = _blocks("bash", "Your own Zeek logs")
     fit = [ln for ln in commands.splitlines() if ln.startswith("fedep fit")]
     (live,) = _blocks("bash", "Live logs and alerts")

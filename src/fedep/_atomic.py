@@ -39,7 +39,9 @@ def _open_temp(target: Path, perm: int) -> tuple[int, Path]:
     raise FileExistsError(f"cannot create a temporary file next to {target}")
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new file in ``directory`` durable (fsync of the directory;
+    nothing where the platform cannot open one)."""
     try:
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:  # Windows, or a directory we may not open: the rename stands
@@ -128,4 +130,4 @@ def atomic_write(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from fedep._atomic import fsync_dir
 from fedep._json import jsonable
 
 __all__ = ["AlertSink", "encode_record", "MAX_PENDING_BYTES"]
@@ -54,19 +55,6 @@ def encode_record(record: dict) -> bytes:
         record, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_default
     )
     return text.encode("utf-8") + b"\n"
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class AlertSink:
@@ -199,7 +187,7 @@ class AlertSink:
         for i, name in enumerate(names[found:]):  # close the gap: the saved one is current
             if found and os.path.exists(name):
                 os.replace(name, names[i])
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def state(self) -> dict | None:
         """Flush, and where the file stands then: ``{"path", "device", "inode",
@@ -277,7 +265,7 @@ class AlertSink:
             self._fh.flush()
             os.fsync(self._fh.fileno())
             if self._rotated:
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
                 self._rotated = False
             self._committed = self._size
         if self.stdout:
