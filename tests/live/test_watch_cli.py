@@ -104,6 +104,9 @@ def test_sigterm_flushes_saves_the_position_and_exits_0(tmp_path, model):
         assert proc.wait(timeout=60) == 0
         err = proc.stderr.read()
     lines = [x for x in err.splitlines() if x.strip()]
+    # the unsigned model is announced once, then only status lines
+    assert lines[0].startswith("fedep: warning: model ") and "NOT SIGNED" in lines[0], err
+    lines = lines[1:]
     assert lines and all(x.startswith("fedep watch: ") and "records" in x for x in lines), err
     saved = json.loads(pos.read_text())
     assert saved["pending"] is None and saved["files"][0]["line"] == 358

@@ -266,14 +266,14 @@ def config(args) -> WatchConfig:
 
 def cmd_watch(args) -> int:
     cfg = config(args)
-    # As score and evaluate: refused, or announced on one line when unsigned (the
-    # watcher's own loads, replacements included, verify with the same key).
-    load_model(args.model, args.verify_key, getattr(args, "require_signature", False))
-    if cfg.gateway_pattern is not None:
+    if cfg.gateway_pattern is not None:  # a usage error before the model is read
         try:
             re.compile(cfg.gateway_pattern)
         except re.error as exc:
             raise UsageError(f"--gateway-pattern: {exc}") from None
+    # As score and evaluate: refused, or announced on one line when unsigned (the
+    # watcher's own loads, replacements included, verify with the same key).
+    load_model(args.model, args.verify_key, getattr(args, "require_signature", False))
     watcher = Watcher(cfg)
     if threading.current_thread() is not threading.main_thread():
         return watcher.run()
