@@ -5,7 +5,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
+from fedep.core.baselines import (
+    client_sketch,
+    local_pca,
+    oneshot_merge,
+    pooled_pca,
+    pooled_pca_blocks,
+)
 from fedep.core.layout import make_groups
 from fedep.core.scoring import feature_contributions, residual_energy
 from fedep.core.stats import (
@@ -148,5 +154,15 @@ def test_pooled_pca_is_the_top_right_singular_subspace(N):
     X = rng.standard_normal((N, 9)) * np.geomspace(10.0, 0.1, 9)
     ref = np.linalg.svd(X, full_matrices=False)[2][:3].T
     B = pooled_pca(X, 3)
+    np.testing.assert_allclose(B.T @ B, np.eye(3), atol=1e-12)
+    assert projector_distance(B, ref) <= 1e-10
+
+
+@pytest.mark.parametrize("sizes", [[3, 4, 2], [200, 1, 350, 90]])  # short and tall in all
+def test_pooled_pca_of_blocks_equals_pooled_pca_of_the_stacked_records(sizes):
+    rng = np.random.default_rng(7)
+    blocks = [rng.standard_normal((m, 9)) * np.geomspace(10.0, 0.1, 9) for m in sizes]
+    ref = np.linalg.svd(np.vstack(blocks), full_matrices=False)[2][:3].T
+    B = pooled_pca_blocks(blocks, 3)
     np.testing.assert_allclose(B.T @ B, np.eye(3), atol=1e-12)
     assert projector_distance(B, ref) <= 1e-10

@@ -10,7 +10,14 @@ import numpy as np
 from fedep.core._linalg import thin_svd
 from fedep.core._threads import blas_threads
 
-__all__ = ["top_subspace", "pooled_pca", "local_pca", "oneshot_merge", "client_sketch"]
+__all__ = [
+    "top_subspace",
+    "pooled_pca",
+    "pooled_pca_blocks",
+    "local_pca",
+    "oneshot_merge",
+    "client_sketch",
+]
 
 
 def top_subspace(G: np.ndarray, r: int) -> np.ndarray:
@@ -38,6 +45,38 @@ def pooled_pca(X: np.ndarray, r: int) -> np.ndarray:
     with blas_threads(4.0 * N * n * min(N, n)):
         _, _, vt = thin_svd(X)
     return vt[:r].T
+
+
+def pooled_pca_blocks(blocks: list[np.ndarray], r: int) -> np.ndarray:
+    """:func:`pooled_pca` of the records of ``blocks`` stacked, without stacking them.
+
+    Parameters
+    ----------
+    blocks : list of ndarray of shape (N_i, n)
+        Centred records, one block per client.
+    r : int
+
+    Returns
+    -------
+    ndarray of shape (n, r)
+
+    Notes
+    -----
+    Tall in all (``sum N_i >= 2 n``): the leading eigenvectors of the sum of the blocks'
+    n x n Gram matrices, which is the Gram matrix of the stacked records, so no pooled
+    copy of the records is made (``np.vstack`` would double the peak of a large fit).
+    Otherwise the few records are stacked and go through the SVD.
+    """
+    n = blocks[0].shape[1]
+    N = sum(b.shape[0] for b in blocks)
+    if N < 2 * n:
+        return pooled_pca(np.vstack(blocks), r)
+    G = np.zeros((n, n))
+    for b in blocks:
+        b = np.asarray(b, dtype=float)
+        with blas_threads(2.0 * b.shape[0] * n * n):
+            G += b.T @ b
+    return top_subspace(G, r)
 
 
 def local_pca(grams: np.ndarray, r: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca
+from fedep.core.baselines import client_sketch, local_pca, oneshot_merge, pooled_pca_blocks
 from fedep.detectors.base import (
     _COMMON_CONSTRAINTS,
     _COMMON_SUMMARIES,
@@ -57,7 +57,7 @@ class PooledPCA(_ClosedForm):
     warns_one_client = False  # pooled by design: one client is what it is
 
     def _fit_clients(self, blocks, rng, V0=None):
-        V = pooled_pca(np.vstack(blocks), self._rank())
+        V = pooled_pca_blocks(blocks, self._rank())  # no pooled copy of the records
         return V, np.broadcast_to(V, (len(blocks), *V.shape)).copy()
 
 
