@@ -164,6 +164,24 @@ def parse_lines(
     return _csv_block(header, data, numbers, path, columns)
 
 
+def _ragged_rows(numbers, n_fields: int, declared: str, bad: list, rows_bad: list):
+    """pyarrow's ``invalid_row_handler``: a row with the wrong number of fields is
+    skipped, its block row noted in ``rows_bad`` and its file line (``numbers``) with the
+    reason in ``bad`` ("has 5 fields, <declared> 7 (...)")."""
+
+    def on_invalid(row) -> str:
+        rows_bad.append(row.number - 1)
+        bad.append(
+            (
+                int(numbers[row.number - 1]),
+                f"has {row.actual_columns} fields, {declared} {n_fields} ({_snippet(row.text)!r})",
+            )
+        )
+        return "skip"
+
+    return on_invalid
+
+
 def _zeek_block(h: _ZeekHeader, data: bytes, numbers, path, columns) -> ParsedLines:
     wanted = [c for c in (columns if columns is not None else h.fields) if c in h.fields]
     bad: list[tuple[int, str]] = []
@@ -172,16 +190,7 @@ def _zeek_block(h: _ZeekHeader, data: bytes, numbers, path, columns) -> ParsedLi
         return ParsedLines(_zeek_frame(h, empty.empty_table()), numbers[:0], bad)
     rows_bad: list[int] = []
 
-    def on_invalid(row) -> str:
-        rows_bad.append(row.number - 1)
-        bad.append(
-            (
-                int(numbers[row.number - 1]),
-                f"has {row.actual_columns} fields, #fields declares "
-                f"{len(h.fields)} ({_snippet(row.text)!r})",
-            )  # fmt: skip
-        )
-        return "skip"
+    on_invalid = _ragged_rows(numbers, len(h.fields), "#fields declares", bad, rows_bad)
 
     types = {f: _zeek_arrow_type(t) for f, t in zip(h.fields, h.types, strict=True)}
     opts = dict(
@@ -215,16 +224,7 @@ def _zeek_bad_values(h, data, numbers, path, wanted, types, opts) -> ParsedLines
     bad: list[tuple[int, str]] = []
     rows_bad: list[int] = []
 
-    def on_invalid(row) -> str:
-        rows_bad.append(row.number - 1)
-        bad.append(
-            (
-                int(numbers[row.number - 1]),
-                f"has {row.actual_columns} fields, #fields "
-                f"declares {len(h.fields)} ({_snippet(row.text)!r})",
-            )  # fmt: skip
-        )
-        return "skip"
+    on_invalid = _ragged_rows(numbers, len(h.fields), "#fields declares", bad, rows_bad)
 
     text_opts = dict(opts)
     text_opts["parse_options"] = pacsv.ParseOptions(
@@ -315,16 +315,7 @@ def _csv_block(header: bytes, data: bytes, numbers, path, columns) -> ParsedLine
     bad: list[tuple[int, str]] = []
     rows_bad: list[int] = []
 
-    def on_invalid(row) -> str:
-        rows_bad.append(row.number - 1)
-        bad.append(
-            (
-                int(numbers[row.number - 1]),
-                f"has {row.actual_columns} fields, the header "
-                f"{len(names)} ({_snippet(row.text)!r})",
-            )  # fmt: skip
-        )
-        return "skip"
+    on_invalid = _ragged_rows(numbers, len(names), "the header", bad, rows_bad)
 
     wanted = [c for c in (columns if columns is not None else names) if c in names]
     if not data:
