@@ -196,21 +196,13 @@ def _server(args, hooks) -> int:
         file=sys.stderr,
         flush=True,
     )
-    res = error = None
-    with SignalGuard() as guard:
-        try:
-            server.start()
-            server.submit(rc, result)
-            res = server.wait_result(result, timeout=args.timeout)
-        except (RunFailed, TimeoutError) as exc:
-            error = " ".join(str(exc).split())
-        except Interrupted:
-            pass
-        finally:
-            guard.armed = False
-            server.stop()
-    if guard.received is not None:
-        err(f"interrupted by {signal.Signals(guard.received).name}: stopped the server")
+
+    def submit_and_wait():
+        server.submit(rc, result)
+        return server.wait_result(result, timeout=args.timeout)
+
+    res, error, interrupted = _run_until_stopped(server, submit_and_wait, "server")
+    if interrupted:
         return 130
     if res is None:
         err(f"run failed: {error}")
@@ -222,6 +214,36 @@ def _server(args, hooks) -> int:
         err(f"{len(res.failed)} gateways failed (--allow-failures to accept)")
         return 1
     return 0
+
+
+def _run_until_stopped(role, work, what: str):
+    """Start ``role``, run ``work()`` under a signal guard and stop ``role`` on every path.
+
+    Returns
+    -------
+    value : object or None
+        What ``work()`` returned (None on a failure or an interruption).
+    error : str or None
+        A failed run's or a timeout's message, on one line.
+    interrupted : bool
+        Stopped by SIGINT/SIGTERM (said on stderr).
+    """
+    value = error = None
+    with SignalGuard() as guard:
+        try:
+            role.start()
+            value = work()
+        except (RunFailed, TimeoutError) as exc:
+            error = " ".join(str(exc).split())
+        except Interrupted:
+            pass
+        finally:
+            guard.armed = False
+            role.stop()
+    if guard.received is not None:
+        err(f"interrupted by {signal.Signals(guard.received).name}: stopped the {what}")
+        return value, error, True
+    return value, error, False
 
 
 def _gateway(args, hooks) -> int:
@@ -261,20 +283,10 @@ def _gateway(args, hooks) -> int:
         file=sys.stderr,
         flush=True,
     )
-    path = error = None
-    with SignalGuard() as guard:
-        try:
-            gw.start()
-            path = gw.wait_model(args.timeout, once=args.once)
-        except (RunFailed, TimeoutError) as exc:
-            error = " ".join(str(exc).split())
-        except Interrupted:
-            pass
-        finally:
-            guard.armed = False
-            gw.stop()
-    if guard.received is not None:
-        err(f"interrupted by {signal.Signals(guard.received).name}: stopped the gateway")
+    path, error, interrupted = _run_until_stopped(
+        gw, lambda: gw.wait_model(args.timeout, once=args.once), "gateway"
+    )
+    if interrupted:
         return 130
     if error is not None:
         err(f"gateway {label}: {error}")
