@@ -121,3 +121,41 @@ def test_near_attacks_takes_the_flood_not_the_neighbours():
         | (d <= FEEDBACK_RADIUS * n)
         | (pair_distance(Z, Z[501], V, lam, sigma2) <= FEEDBACK_RADIUS * n),
     )
+
+
+def _halves(train, ref, rng):
+    """Two (training, held half) pairs of count queries: the values are the model's,
+    the same under both halves' models here (scores of a fixed model)."""
+    a, b = ref[0::2], ref[1::2]
+    t = ScoreCounts(_split(train, 4, rng))
+    return [(t, ScoreCounts(_split(b, 3, rng))), (t, ScoreCounts(_split(a, 3, rng)))]
+
+
+def test_contamination_evidence_shows_a_planted_mode_and_not_clean_traffic():
+    from fedep.core.reference import DETECTION_TAILS, contamination_evidence
+
+    shown = {0.0: 0, 0.1: 0}
+    for seed in range(20):
+        for share in shown:
+            rng = np.random.default_rng([seed, int(100 * share)])
+            n, k = 5000, int(round(share * 5000))
+            train = np.r_[rng.normal(0, 1, n - k), rng.normal(2.2, 0.3, k)]  # upper range
+            ref = rng.normal(0, 1, 100)
+            ev = contamination_evidence(_halves(train, ref, rng))
+            shown[share] += ev.detected
+            # the independent reference: the mean over halves of (e - eps) / (1 - eps),
+            # each cut in [s_(k), s_(k+1)) of its held half
+            for p, s in zip(DETECTION_TAILS, ev.shares, strict=True):
+                bounds = []
+                for held in (ref[1::2], ref[0::2]):
+                    h = np.sort(held)
+                    q = math.ceil((1 - p) * held.size)
+                    eps = ((held > h[q - 1]).sum() + 1) / (held.size + 1)
+                    bounds.append(
+                        [((train > c).mean() - eps) / (1 - eps) for c in h[q - 1 : q + 1]]
+                    )
+                lo, hi = np.mean(bounds, axis=0)[::-1]
+                assert lo - 1e-12 <= s <= hi + 1e-12
+    assert shown[0.0] <= 3  # a few false alarms in 20 at twice the noise, three tails
+    assert shown[0.1] >= 15
+    assert "reference records" in ev.describe()

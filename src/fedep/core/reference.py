@@ -11,6 +11,9 @@ of :mod:`fedep.core.trimming`). From those:
 - :func:`estimate_share`: the contamination share of the training traffic, from the
   share of training records above a high quantile of the reference's values,
   corrected for the reference's own exceedance;
+- :func:`contamination_evidence`: whether the training traffic holds more records
+  above the reference's tail than the reference's noise explains (cross-fitted on
+  the reference's two halves, at several tails);
 - :func:`reference_threshold`: a threshold at a stated false-positive rate on the
   trusted traffic;
 - analyst feedback: confirmed false positives join the reference; confirmed attacks
@@ -29,7 +32,10 @@ import numpy as np
 from fedep.core.trimming import order_statistic, ppca_from_sums
 
 __all__ = [
+    "DETECTION_TAILS",
+    "Evidence",
     "ShareEstimate",
+    "contamination_evidence",
     "exceedance_level",
     "estimate_share",
     "share_noise",
@@ -79,6 +85,94 @@ class ShareEstimate:
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+#: The reference tails ``p`` at which :func:`contamination_evidence` compares the
+#: training records with the reference: a share of attacks above the reference's
+#: ``1 - p`` quantile shows at one of them (a low tail has little noise, a higher one
+#: counts the attacks that score inside the reference's upper range).
+DETECTION_TAILS = (0.05, 0.1, 0.2)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Whether the training records exceed the reference's tails more than noise.
+
+    Attributes
+    ----------
+    tails : tuple of float
+        The tails ``p`` looked at (:data:`DETECTION_TAILS`).
+    shares : tuple of float
+        Per tail, the mean over the reference halves of ``(e - eps) / (1 - eps)``
+        (:func:`estimate_share`, not clipped: an unbiased difference).
+    noises : tuple of float
+        Per tail, its standard deviation from the halves' sizes alone.
+    detected : bool
+        Whether some share exceeds twice its noise.
+    n_reference : int
+    """
+
+    tails: tuple
+    shares: tuple
+    noises: tuple
+    detected: bool
+    n_reference: int
+
+    def describe(self) -> str:
+        """One line: the comparison at each tail and the verdict."""
+        parts = ", ".join(
+            f"{100 * s:+.1f} % (noise {100 * z:.1f}) above the {100 * (1 - p):.0f} % quantile"
+            for p, s, z in zip(self.tails, self.shares, self.noises, strict=True)
+        )
+        verdict = "contamination shown" if self.detected else "no contamination shown"
+        return (
+            f"{verdict} by the {self.n_reference} reference records (cross-fitted halves, "
+            f"excess share {parts}; shown when above twice its noise)"
+        )
+
+
+def contamination_evidence(pairs, tails=DETECTION_TAILS) -> Evidence:
+    """Whether the training records exceed the reference's tails by more than noise.
+
+    Each pair is a model fitted on one half of the reference, with count queries over
+    the training records' and the *other* half's values under it (out of sample). At
+    a tail ``p``, each pair gives ``(e - eps) / (1 - eps)`` (:func:`estimate_share` at
+    ``level = 1 - p``, before clipping, with ``eps = (m + 1) / (n + 1)`` for the ``m`` of
+    the ``n`` held values above the cut: the mean exceedance of that order statistic);
+    their mean has noise
+    ``share_noise(p, n_half) / sqrt(len(pairs))`` (independent halves). Contamination
+    is shown when some tail's mean exceeds twice its noise.
+
+    Parameters
+    ----------
+    pairs : list of (train, held)
+        ScoreCounts (or remote equivalents) of the training records and of the held
+        half under each half's model.
+    tails : tuple of float
+        The tails ``p`` (each in ``(0, 0.5)``).
+
+    Returns
+    -------
+    Evidence
+    """
+    if not pairs:
+        raise ValueError("contamination_evidence needs at least one reference half")
+    shares, noises = [], []
+    for p in tails:
+        vals, sizes = [], []
+        for train, held in pairs:
+            e = estimate_share(train, held, level=1.0 - p)
+            # the true exceedance of the m-th largest of n held values is (m + 1)/(n + 1)
+            # on average, not m / n (one point more at 50 records)
+            m = round(e.reference_exceedance * e.n_reference)
+            eps = (m + 1) / (e.n_reference + 1)
+            vals.append((e.training_exceedance - eps) / (1.0 - eps) if eps < 1 else 0.0)
+            sizes.append(e.n_reference)
+        shares.append(float(np.mean(vals)))
+        noises.append(share_noise(p, min(sizes)) / math.sqrt(len(pairs)))
+    detected = any(s > 2 * z for s, z in zip(shares, noises, strict=True))
+    n_ref = int(sum(held.n for _, held in pairs))
+    return Evidence(tuple(tails), tuple(shares), tuple(noises), bool(detected), n_ref)
 
 
 def exceedance_level(n_reference: int) -> float:
