@@ -233,6 +233,7 @@ def _fit_child(cache: Path, methods: int) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_first_fit_runs_numpy_and_the_background_compile_serves_the_next(tmp_path, monkeypatch):
     cache = tmp_path / "numba-cache"
     pgid = None

@@ -15,6 +15,7 @@ runs on NumPy while a background process compiles it
 from __future__ import annotations
 
 from fedep.core._kernels import _dispatch
+from fedep.core._kernels._dispatch import requested_mode
 from fedep.core._kernels._jit import HAVE_NUMBA, numba
 from fedep.core._kernels.data import dual_step, fused_data_step, gram_terms
 from fedep.core._kernels.fedpg import fedpg_clients
@@ -39,6 +40,7 @@ __all__ = [
     "manpg_clients",
     "numba",
     "pick",
+    "requested_mode",
     "vech_maps",
 ]
 
