@@ -57,9 +57,17 @@ def tiny_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _kill_group(pgid: int | None) -> None:
-    """Terminate, then kill, process group ``pgid`` (gone already: nothing to do)."""
+def _kill_group(pgid: int | None, expect: str | None = None) -> None:
+    """Terminate, then kill, process group ``pgid`` (gone already: nothing to do).
+
+    With ``expect``, only while a member's command line contains it: a group whose
+    processes all ended may have its number reused by someone else's.
+    """
     if pgid is None:
+        return
+    if expect is not None and not any(
+        expect in _cmdline(p) for p in Path("/proc").glob("[0-9]*") if _pgid(p) == pgid
+    ):
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -113,6 +121,7 @@ def test_ready_follows_numbas_on_disk_index(tiny_cache):
     assert not _dispatch.ready(_tiny(tiny_cache))
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc (Linux)")
 def test_background_compile_is_detached_locked_and_fills_the_cache(tiny_cache):
     fn = _tiny(tiny_cache)
     go = tiny_cache / "go"
@@ -152,7 +161,7 @@ def test_background_compile_is_detached_locked_and_fills_the_cache(tiny_cache):
         )
     finally:
         go.write_text("")
-        _kill_group(pgid)
+        _kill_group(pgid, expect=str(go))
 
 
 def _pgid(proc: Path) -> int | None:
@@ -160,6 +169,13 @@ def _pgid(proc: Path) -> int | None:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _ppid(proc: Path) -> int | None:
@@ -267,4 +283,4 @@ def test_first_fit_runs_numpy_and_the_background_compile_serves_the_next(tmp_pat
         np.testing.assert_allclose(second["fedpg"], first["fedpg"], atol=1e-8)
         assert second["pgid"] == pgid  # no second background compile was started
     finally:
-        _kill_group(pgid)
+        _kill_group(pgid, expect="warmup")
