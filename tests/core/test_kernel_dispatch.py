@@ -25,6 +25,7 @@ import pytest
 
 import fedep
 from fedep import FedEP
+from fedep._procs import signal_group, stop_group
 from fedep.core import _kernels
 from fedep.core._kernels import _dispatch
 
@@ -57,24 +58,22 @@ def tiny_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _kill_group(pgid: int | None, expect: str | None = None) -> None:
-    """Terminate, then kill, process group ``pgid`` (gone already: nothing to do).
+def _kill_group(pgid: int | None, expect: str) -> None:
+    """Terminate, then kill, the detached process group ``pgid`` while one of its
+    members' command line contains ``expect`` (a group whose processes all ended may
+    have its number reused by someone else's)."""
 
-    With ``expect``, only while a member's command line contains it: a group whose
-    processes all ended may have its number reused by someone else's.
-    """
-    if pgid is None:
-        return
-    if expect is not None and not any(
-        expect in _cmdline(p) for p in Path("/proc").glob("[0-9]*") if _pgid(p) == pgid
-    ):
+    def alive() -> bool:
+        members = (p for p in Path("/proc").glob("[0-9]*") if _pgid(p) == pgid)
+        return any(expect in _cmdline(p) for p in members)
+
+    if pgid is None or not Path("/proc/self/stat").is_file():
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+        if not alive():
             return
-        time.sleep(0.5)
+        signal_group(pgid, sig)
+        _wait_for(lambda: not alive(), 10)
 
 
 def _wait_for(check, seconds: float) -> bool:
@@ -242,9 +241,9 @@ def _fit_child(cache: Path, methods: int) -> dict:
     )
     try:
         out, err = proc.communicate(timeout=300)
-    finally:
-        _kill_group(proc.pid)
-        proc.wait()
+    except BaseException:  # a timeout or an interrupt: stop the child's whole group
+        stop_group(proc, grace=10)
+        raise
     assert proc.returncode == 0, err[-2000:]
     return json.loads(out.strip().splitlines()[-1])
 
