@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 
 import fedep
-from fedep import FedEP
+from fedep import FedEP, FedPG
 from fedep._procs import signal_group, stop_group
 from fedep.core import _kernels
 from fedep.core._kernels import _dispatch
+from fedep.core.warmup import warm_up
 
 pytestmark = pytest.mark.skipif(
     not _kernels.HAVE_NUMBA or os.name != "posix", reason="needs numba and POSIX"
@@ -48,11 +49,9 @@ def _tiny(folder: Path, name: str = "tiny_kernel"):
 @pytest.fixture
 def tiny_cache(tmp_path, monkeypatch):
     """The tiny kernel's source folder, its numba cache in ``tmp_path/cache``."""
-    import numba
-
     (tmp_path / "tiny_kernel.py").write_text(TINY)
     cache = tmp_path / "cache"
-    monkeypatch.setattr(numba.config, "CACHE_DIR", str(cache))
+    monkeypatch.setattr(_kernels.numba.config, "CACHE_DIR", str(cache))
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
     monkeypatch.setattr(_dispatch, "_background_tried", False)
     return tmp_path
@@ -195,6 +194,22 @@ def test_no_background_compile_without_a_writable_cache(tiny_cache):
     assert (
         _dispatch.compile_in_background(fn, [sys.executable, "-c", "raise SystemExit(1)"]) is None
     )
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_after_warm_up_runs_compiled_and_starts_nothing(monkeypatch):
+    warm_up()  # compiled in this process, or loaded from numba's cache
+    monkeypatch.setenv(_dispatch.ENV, "auto")
+    started = []
+    monkeypatch.setattr(_dispatch, "compile_in_background", lambda *a: started.append(a))
+    names = ("fused_data_step", "dual_step", "gram_terms", "manpg_clients", "fedpg_clients")
+    assert all(_kernels.pick("auto", name) is getattr(_kernels, name) for name in names)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((300, 6))
+    groups = np.repeat(np.arange(3), 100)
+    FedEP(n_components=2, n_rounds=3).fit(X, groups=groups)
+    FedPG(n_components=2, n_rounds=3).fit(X, groups=groups)
+    assert started == []
 
 
 FIT = """
