@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,12 @@ def compile_lock_path(dispatcher) -> Path | None:
     return folder / LOCK_NAME
 
 
+def _site_folders() -> set[str]:
+    """The interpreter's site-packages folders (already on a child's import path)."""
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    return {str(Path(f).resolve()) for f in folders if f}
+
+
 def _command() -> list[str]:
     """``python -m fedep warmup --quiet``, at low priority when ``nice`` exists."""
     cmd = [sys.executable, "-m", "fedep", "warmup", "--quiet"]
@@ -155,7 +162,8 @@ def compile_in_background(dispatcher, command: list[str] | None = None) -> int |
             return None  # another background compile is running
         env = dict(os.environ, **{ENV: "numba"})
         src = str(Path(__file__).resolve().parents[3])  # the folder that holds fedep/
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        if src not in _site_folders():  # a source checkout: the child must find it too
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         # The shell starts the compile in the background and exits: the compile is
         # re-parented to init (no zombie here) and inherits the locked descriptor.
         shell = subprocess.Popen(
