@@ -17,7 +17,39 @@ from __future__ import annotations
 import numpy as np
 
 from fedep.core._kernels._jit import jit as _jit
-from fedep.core._kernels.wstep import _retract
+
+
+def _cholesky_qr(AT, R):  # pragma: no cover - compiled
+    # AT (r x n, the transpose of A) <- its Q factor, A = Q R with R upper triangular of
+    # positive diagonal (the QR retraction's factor): R from the Cholesky factor of
+    # A^T A, then Q = A R^{-1} row by row of AT. One pass, exact to rounding for the
+    # well-conditioned A of a retraction (A^T A = I + lr^2 rg^T rg, as W^T rg is skew
+    # or zero); Gram-Schmidt twice costs about twice as much.
+    r, n = AT.shape
+    for u in range(r):
+        for v in range(u, r):
+            acc = 0.0
+            for j in range(n):
+                acc += AT[u, j] * AT[v, j]
+            R[u, v] = acc
+    for u in range(r):
+        acc = R[u, u]
+        for k in range(u):
+            acc -= R[k, u] * R[k, u]
+        R[u, u] = np.sqrt(acc)
+        for v in range(u + 1, r):
+            acc = R[u, v]
+            for k in range(u):
+                acc -= R[k, u] * R[k, v]
+            R[u, v] = acc / R[u, u]
+    for p in range(r):
+        for k in range(p):
+            f = R[k, p]
+            for j in range(n):
+                AT[p, j] -= f * AT[k, j]
+        f = 1.0 / R[p, p]
+        for j in range(n):
+            AT[p, j] *= f
 
 
 def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # pragma: no cover
@@ -32,12 +64,9 @@ def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # p
     cT = np.empty((r, n))
     QT = np.empty((r, n))
     gT = np.empty((r, n))
-    outT = np.empty((r, n))
     WtG = np.empty((r, r))
     tmp = np.empty((r, n))
     M = np.empty((r, r))
-    K = np.empty((r, r))
-    V = np.empty((r, r))
     a = np.empty(n)
     for q in range(d):
         Eq = E[q]
@@ -82,7 +111,7 @@ def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # p
                         m = 0.5 * (WtG[u, v] + WtG[v, u])
                         WtG[u, v] = m
                         WtG[v, u] = m
-            # -lr * (g - W (W^T g)), then the QR retraction.
+            # W - lr (g - W (W^T g)), then its Q factor.
             for p in range(r):
                 for j in range(n):
                     tmp[p, j] = gT[p, j]
@@ -90,10 +119,10 @@ def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # p
                     wk = WtG[k, p]
                     for j in range(n):
                         tmp[p, j] -= WT[k, j] * wk
+            for p in range(r):
                 for j in range(n):
-                    gT[p, j] = -lr[q] * tmp[p, j]
-            _retract(WT, gT, 1.0, 1, outT, tmp, M, K, V)
-            WT[:, :] = outT
+                    WT[p, j] -= lr[q] * tmp[p, j]
+            _cholesky_qr(WT, M)
         gs = 0.0
         for p in range(r):
             for j in range(n):
@@ -111,4 +140,5 @@ def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # p
                 W[q, i, p] = acc
 
 
+_cholesky_qr = _jit(_cholesky_qr)
 fedpg_clients = _jit(_fedpg)
