@@ -97,6 +97,21 @@ def test_eigenbasis_epochs_match_the_reference_on_rank_deficient_gateways(params
     assert np.allclose(np.swapaxes(b.W, 1, 2) @ b.W, np.eye(4), atol=1e-12)
 
 
+def test_a_compiled_cohort_runs_the_reference_when_the_kernel_is_not_picked(monkeypatch):
+    """A cohort set up for the compiled epochs (no ``C``, its eigendecomposition kept)
+    still runs the NumPy reference when ``pick`` gives no kernel for a round (a
+    dispatcher that answers per call), on ``C_i`` rebuilt from ``(lam, E)``."""
+    blocks = _blocks(seed=9)
+    V0 = random_stiefel(10, 3, np.random.default_rng(10))
+    ref = FedPGCohort(blocks, V0, _settings("numpy", epochs=5, **DEFAULT))
+    coh = FedPGCohort(blocks, V0, _settings("auto", epochs=5, **DEFAULT))
+    assert coh.C is None and coh.E is not None
+    monkeypatch.setattr("fedep.core.fedpg._kernels.pick", lambda kernel, name: None)
+    a, b = ref.local_round(V0), coh.local_round(V0)
+    np.testing.assert_allclose(b.W, a.W, atol=1e-10)
+    np.testing.assert_allclose(b.metrics["fit"], a.metrics["fit"], rtol=1e-10)
+
+
 @pytest.mark.parametrize("kernel", ["numpy", "numba"])
 def test_paper_setting_keeps_the_authors_iterates(kernel):
     """``PAPER`` is the authors' algorithm as this module ran it before the relative

@@ -169,8 +169,8 @@ class FedPGCohort:
             raise ValueError(
                 f"manifold must be 'stiefel' or 'grassmann'; got {settings.manifold!r}"
             )
-        self._compiled = _kernels.pick(settings.kernel, "fedpg_clients")
-        if self._compiled is not None:
+        self.lam = self.E = None
+        if _kernels.pick(settings.kernel, "fedpg_clients") is not None:
             # The compiled epochs run in each client's eigenbasis (C_i = E_i diag(lam_i)
             # E_i^T, see fedep.core._kernels.fedpg): C itself is no longer needed.
             self.lam, self.E = np.linalg.eigh(self.C)
@@ -190,6 +190,12 @@ class FedPGCohort:
             self.lr = self.sizes / (2.0 * lmax + self.rho)
         else:
             self.lr = np.full(self.d, float(settings.lr))
+
+    def _gram(self, sel) -> np.ndarray:
+        """``C_i`` of the clients ``sel`` from their eigendecompositions (the NumPy path
+        of a cohort set up for the compiled one)."""
+        E = self.E[sel]
+        return (E * self.lam[sel][:, None, :]) @ np.swapaxes(E, 1, 2)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Every array that changes over rounds: ``W`` and ``Y`` (d, n, r)."""
@@ -217,17 +223,18 @@ class FedPGCohort:
         # NSL-KDD rich, rank 9, the consensus objective still within 1e-5 of the
         # energy per round from round ~45, the local fits' sum not by 200).
         Q = np.linalg.qr(np.asarray(Z, dtype=float))[0]
-        if self._compiled is not None:
+        compiled = _kernels.pick(s.kernel, "fedpg_clients")
+        if compiled is not None and self.E is not None:
             W = np.array(W, dtype=float, order="C")
             terms = np.empty((2, idx.size))
-            self._compiled(
+            compiled(
                 self.E[sel], self.lam[sel], W, Y, np.ascontiguousarray(Z, dtype=float),
                 np.ascontiguousarray(Q), 1.0 / self.sizes[sel], self.lr[sel],
                 np.ascontiguousarray(rho), int(s.local_epochs), stiefel, self.trX[sel], terms,
             )  # fmt: skip
             fit, grad_scale = terms
         else:
-            C = self.C[sel]
+            C = self.C[sel] if self.C is not None else self._gram(sel)
             inv_n = (1.0 / self.sizes[sel])[:, None, None]
             lr = self.lr[sel, None, None]
             rho3 = rho[:, None, None]
