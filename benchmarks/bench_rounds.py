@@ -247,7 +247,13 @@ def main(argv=None):
         default=None,
         help="default: benchmarks/results/rounds.json, or rounds_scaling.json with --scaling",
     )
-    p.add_argument("--clients", type=int, nargs="+", default=[20, 100, 200, 500])
+    p.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=None,
+        help="gateway counts (default 20 100 200 500; with --scaling 20 500 5000)",
+    )
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--rank", type=int, default=5)
     p.add_argument("--data-dir", default=None)
@@ -265,8 +271,7 @@ def main(argv=None):
     p.add_argument("--row-steps-at", type=int, nargs="*", default=[500, 5000])
     a = p.parse_args(argv)
     if a.scaling:
-        clients = a.clients if a.clients != [20, 100, 200, 500] else [20, 500, 5000]
-        a.clients, a.rounds = clients, min(a.rounds, 12)
+        a.clients, a.rounds = a.clients or [20, 500, 5000], min(a.rounds, 12)
         with threadpool_limits(limits=1, user_api="blas"):
             results = scaling(a)
         out = Path(a.out or "benchmarks/results/rounds_scaling.json")
@@ -275,6 +280,7 @@ def main(argv=None):
         print(json.dumps(results["cpu_seconds_fit"]), f"wrote {out}")
         return
     a.out = a.out or "benchmarks/results/rounds.json"
+    a.clients = a.clients or [20, 100, 200, 500]
     ds = load_dataset("nsl-kdd", a.data_dir)
     mean, std = ds.X_train.mean(0), ds.X_train.std(0)
     std[std == 0] = 1.0
