@@ -25,7 +25,7 @@ from fedep.detectors.base import (
     BaseFederatedDetector,
 )
 from fedep.federation.gateways import GatewaySetup
-from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, run_rounds
+from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, carried_rounds, run_rounds
 
 
 class _FederatedMixin:
@@ -45,8 +45,9 @@ class _FederatedMixin:
         """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
         return make_cohort(self.cohort_spec(), blocks, V0)
 
-    def _run_rounds(self, clients, V0, rng, on_round=None):
-        """The one round loop with these parameters, over in-process or remote clients."""
+    def _run_rounds(self, clients, V0, rng, on_round=None, carried=None):
+        """The one round loop with these parameters, over in-process or remote clients
+        (``carried``: a warm start's seed of the stopping window, see ``run_rounds``)."""
         return run_rounds(
             clients,
             self.server_step,
@@ -58,13 +59,16 @@ class _FederatedMixin:
             on_round=on_round,
             aggregation=self.aggregation,
             remerge=self._remerges(),
+            carried=carried,
         )
 
     def _remerges(self) -> bool:
         """Whether the round loop starts with re-merges (FedEP with ``S``)."""
         return False
 
-    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None):
+    def _fit_kept(
+        self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None, history=None
+    ):
         """Setup and rounds on the gateways' kept records (the driver's fit step).
 
         Every gateway takes the standardisation ``std`` and these parameters (and
@@ -72,10 +76,13 @@ class _FederatedMixin:
         ``init="random"``); the round loop then runs from ``V0``, the merge of the
         sketches or a random basis. ``start`` (a warm start from a model: label ->
         carried state) starts each gateway at its own state, from the model's
-        consensus; re-merges run as usual and are the warm start's drift test: while
-        the merge of the new cleaned records is within ``sqrt(tol)`` of the carried
-        consensus (the same data) nothing restarts and the carried state goes on;
-        farther (the data moved), the ADMM restarts at the merge, as a cold fit's does.
+        consensus, and ``history`` (the model's ``history_``) seeds the stopping
+        test's window with its last rounds (:func:`fedep.federation.rounds.carried_rounds`):
+        the refit continues the model's fit. Re-merges are the warm start's drift test,
+        at its second round: when its first change and residuals already meet the
+        stopping test's bounds (the data did not move) nothing is merged and the carried
+        state goes on; otherwise (the data moved) the ADMM restarts at the merge of the
+        new cleaned records, as a cold fit's does.
         """
         r = self._rank()
         sketch_rank = r if V0 is None and self.init == "oneshot" else 0
@@ -94,7 +101,10 @@ class _FederatedMixin:
         if V0 is None:
             n = std.mean.shape[0]
             V0 = oneshot_merge(sketches, r) if sketch_rank else random_stiefel(n, r, rng)
-        res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round)
+        carried = None
+        if start is not None:
+            carried = carried_rounds(history, self.server_step, self.aggregation)
+        res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round, carried)
         self.set_federation_result(res, warn=warn)
         return polar(res.V), gateways.client_bases(), res
 
