@@ -106,6 +106,21 @@ def test_a_new_gateway_starts_from_the_consensus_the_others_from_their_own_state
     assert angle < 0.05
 
 
+def test_the_drift_test_merges_only_when_the_data_moved(fitted, fed):
+    X, g = fed.X_train, fed.groups_train
+    # the same records: the carried state is stationary on them at round 2, no merge
+    same = _warm(fitted, X, g)
+    assert same.n_iter_ == 2 and not any(h.get("remerged") for h in same.history_)
+    # rotated records: not stationary at round 2, so the ADMM restarts at the merge of
+    # the new cleaned records (round 1 asks for no sketch), and the window refills
+    R = special_ortho_group.rvs(10, random_state=1)
+    moved = _warm(fitted, X @ R.T, g)
+    assert "remerge_change" not in moved.history_[0]
+    assert moved.history_[1]["remerged"] is True
+    assert moved.history_[1]["lagrangian_change"] > fitted.tol
+    assert moved.n_iter_ > STOP_WINDOW and moved.stop_reason_ == "lagrangian_stationary"
+
+
 def test_warm_start_refusals(fitted, fed):
     X, g = fed.X_train, fed.groups_train
     with pytest.raises(ValueError, match=r"^warm start: .*10 features"):

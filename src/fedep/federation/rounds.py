@@ -315,7 +315,7 @@ def carried_rounds(
         if not isinstance(h, dict) or measure not in h:
             break
         vals = [h.get(k) for k in keys]
-        if not all(isinstance(v, (int, float)) and np.isfinite(v) for v in vals):
+        if not all(_number(v) and np.isfinite(v) for v in vals):
             break
         out.append(dict(zip(keys, map(float, vals), strict=True)))
     return out[::-1]
@@ -519,6 +519,10 @@ def run_rounds(
     result.V = V
     result.n_rounds = len(result.history)
     return result
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _stationary_start(history: list[dict], tol: float) -> bool:
