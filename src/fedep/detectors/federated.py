@@ -220,9 +220,12 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         from its own personalised state (``W_i``, its consensus dual and SSN
         multiplier: ``client_components_``, ``client_duals_``,
         ``client_multipliers_``), a new gateway from the consensus, with no one-shot
-        sketch; ``S_i`` settles on the new records by local data steps first. With
-        ``remerge``, a first re-merge farther than ``sqrt(tol)`` from the carried
-        consensus (the data moved) restarts the ADMM there, as in a cold fit. ``lineage_``
+        sketch; ``S_i`` settles on the new records by local data steps first. The
+        refit continues the model's fit: the stopping test's window starts with the
+        model's last rounds (``history_``), so a refit whose first change and residuals
+        meet ``tol`` stops at its second round. With ``remerge``, a refit that does not
+        (the data moved) restarts the ADMM at the merge of the new cleaned records, as
+        a cold fit's re-merges do (docs/lineage.md). ``lineage_``
         names the model refitted as the parent. Refused (one line) for new records of
         other features or an integer ``n_components`` other than the model's rank.
         ``fedep fit --warm-start MODEL`` is this with the model file.
