@@ -19,6 +19,7 @@ pytest.importorskip("flwr")
 
 import fedep  # noqa: E402
 from fedep import FedEP  # noqa: E402
+from fedep._procs import stop_group  # noqa: E402
 from fedep.cli import main  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.data.synthetic import make_federated_data  # noqa: E402
@@ -129,18 +130,10 @@ def test_flower_warm_start_with_secure_aggregation_equals_the_plain_one(tmp_path
 
 
 def _stop_run(proc: subprocess.Popen, out: Path) -> None:
-    """SIGTERM to ``fedep federate``'s group (it stops its deployment), SIGKILL after
-    30 s; then SIGKILL to every process left with a Flower home under ``out`` (the
+    """Stop ``fedep federate``'s group (SIGTERM: it stops its deployment; SIGKILL after
+    30 s), then SIGKILL every process left with a Flower home under ``out`` (the
     deployment's processes lead sessions of their own)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-        except ProcessLookupError:
-            pass
+    stop_group(proc)
     needle = f"FLWR_HOME={out}".encode()
     for e in os.listdir("/proc"):
         if not e.isdigit() or int(e) == os.getpid():

@@ -262,8 +262,7 @@ def fit_gateways(
             V0 = warm.V
         V, client_bases, res = est._fit_kept(
             gateways, kept_std, V0, rng, on_round=on_round, warn=warn,
-            start=None if warm is None else warm.states,
-            history=None if warm is None else warm.history,
+            start=warm,
         )  # fmt: skip
         return V, (client_bases, res, kept_std, gateways.client_states())
 

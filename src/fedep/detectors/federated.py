@@ -66,18 +66,17 @@ class _FederatedMixin:
         """Whether the round loop starts with re-merges (FedEP with ``S``)."""
         return False
 
-    def _fit_kept(
-        self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None, history=None
-    ):
+    def _fit_kept(self, gateways, std, V0, rng, *, on_round=None, warn=True, start=None):
         """Setup and rounds on the gateways' kept records (the driver's fit step).
 
         Every gateway takes the standardisation ``std`` and these parameters (and
         replies its one-shot sketch unless the fit is warm, ``V0`` given, or
         ``init="random"``); the round loop then runs from ``V0``, the merge of the
-        sketches or a random basis. ``start`` (a warm start from a model: label ->
-        carried state) starts each gateway at its own state, from the model's
-        consensus, and ``history`` (the model's ``history_``) seeds the stopping
-        test's window with its last rounds (:func:`fedep.federation.rounds.carried_rounds`):
+        sketches or a random basis. ``start`` (a warm start from a model,
+        :class:`~fedep.detectors.driver.WarmStart`) starts each gateway at its own
+        carried state, from the model's consensus, and the model's rounds
+        (``start.history``) seed the stopping test's window
+        (:func:`fedep.federation.rounds.carried_rounds`):
         the refit continues the model's fit. Re-merges are the warm start's drift test,
         at its second round: when its first change and residuals already meet the
         stopping test's bounds (the data did not move) nothing is merged and the carried
@@ -97,13 +96,13 @@ class _FederatedMixin:
         if start is None:
             sketches = gateways.setup(std, setup)
         else:
-            sketches = gateways.setup(std, setup, start)
+            sketches = gateways.setup(std, setup, start.states)
         if V0 is None:
             n = std.mean.shape[0]
             V0 = oneshot_merge(sketches, r) if sketch_rank else random_stiefel(n, r, rng)
         carried = None
         if start is not None:
-            carried = carried_rounds(history, self.server_step, self.aggregation)
+            carried = carried_rounds(start.history, self.server_step, self.aggregation)
         res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round, carried)
         self.set_federation_result(res, warn=warn)
         return polar(res.V), gateways.client_bases(), res
