@@ -383,8 +383,7 @@ class BaseFederatedDetector(BaseEstimator):
         if groups is not None:
             groups = _check_groups(groups, X.shape[0])
         pipe = FeaturePipeline() if isinstance(self.features, str) else clone(self.features)
-        pipe.fit(X, groups=groups)
-        Z = pipe.transform(X)
+        Z = pipe.fit_transform(X, groups=groups)  # every row encoded once
         if Z.shape[1] == 0:
             raise ValueError(
                 "the feature pipeline kept no column of X (see features_.decisions_ or "
