@@ -35,7 +35,7 @@ from fedep.core.trimming import (
     log_scores,
 )
 from fedep.data.readers.frames import release_arrow_memory
-from fedep.detectors.blocks import apply_in_blocks, block_rows
+from fedep.detectors.blocks import apply_in_blocks, block_rows, client_thresholds
 from fedep.detectors.blocks import check_groups as _check_groups
 from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
 from fedep.detectors.lineage import data_window
@@ -533,8 +533,10 @@ class BaseFederatedDetector(BaseEstimator):
         threshold the quantile of its own scores at the level ``threshold_`` has among
         its global scores. ``contamination_reason_`` says how the share was obtained.
         """
+        glob = None  # each block's global scores (reused below: one pass over the records)
         if Z is None:
-            scores = np.concatenate([self._global_scores(b, residual_energy) for b in blocks])
+            glob = [self._global_scores(b, residual_energy) for b in blocks]
+            scores = np.concatenate(glob)
             self.decision_scores_ = np.empty_like(scores)
             self.decision_scores_[order] = scores
         else:
@@ -554,19 +556,13 @@ class BaseFederatedDetector(BaseEstimator):
             self.threshold_ = float(trust["threshold"])
         else:
             self.threshold_ = float(np.quantile(self.decision_scores_, 1.0 - self.contamination_))
-        levels = []
-        for b in blocks:
-            own = self._global_scores(b, residual_energy) if trust is not None else None
-            levels.append(
-                float(np.mean(own <= self.threshold_))
-                if own is not None
-                else 1.0 - self.contamination_
-            )
-        self.client_thresholds_ = np.array(
-            [
-                np.quantile(residual_energy(b, self.client_components_[i].T), levels[i])
-                for i, b in enumerate(blocks)
-            ]
+        levels = [1.0 - self.contamination_] * len(blocks)
+        for i, b in enumerate(blocks if trust is not None else ()):
+            own = glob[i] if glob else self._global_scores(b, residual_energy)
+            levels[i] = float(np.mean(own <= self.threshold_))
+        plain = type(self)._global_scores is BaseFederatedDetector._global_scores
+        self.client_thresholds_ = client_thresholds(
+            blocks, self.client_components_, levels, glob if plain else None, self.components_
         )
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
 
