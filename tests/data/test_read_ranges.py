@@ -108,3 +108,13 @@ def test_read_table_takes_the_ranged_path_and_keeps_errors(tmp_path, small_range
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(Exception, match=r"bad\.csv.*line 101.*wrong number of fields"):
         read_table(bad)
+
+
+def test_a_quoted_header(tmp_path, small_ranges):
+    df = _table(60, seed=5)
+    p = tmp_path / "h.csv"
+    p.write_text('"i","f","w","t"\n' + df.to_csv(index=False, header=False))
+    got = _read(p, KINDS)
+    assert got is not None and got["i"].tolist() == df["i"].tolist()
+    p.write_text('"i","f\nx","w","t"\n' + df.to_csv(index=False, header=False))
+    assert _read(p, KINDS) is None  # a header field across lines: not this path

@@ -69,11 +69,11 @@ class _Range(io.RawIOBase):
 
 
 def _data_start(path: Path) -> int | None:
-    """Byte offset of the line after the header line (None: a quoted header, which
-    may span lines)."""
+    """Byte offset of the line after the header line (None: a header line with an
+    open quote, whose field goes on in the next line)."""
     with open(path, "rb") as fh:
         header = fh.readline()
-        return None if b'"' in header else fh.tell()
+        return None if header.count(b'"') % 2 else fh.tell()
 
 
 def _split(path: Path, start: int, size: int, parts: int) -> list[tuple[int, int]]:
