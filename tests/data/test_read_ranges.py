@@ -118,3 +118,12 @@ def test_a_quoted_header(tmp_path, small_ranges):
     assert got is not None and got["i"].tolist() == df["i"].tolist()
     p.write_text('"i","f\nx","w","t"\n' + df.to_csv(index=False, header=False))
     assert _read(p, KINDS) is None  # a header field across lines: not this path
+
+
+def test_text_columns_asked_for_are_read_as_written(tmp_path, small_ranges):
+    rows = [f"{k},{k / 4},{k % 3},0{k % 7}" for k in range(120)]  # "t" holds 00 .. 06
+    p = tmp_path / "ids.csv"
+    p.write_text("i,f,w,t\n" + "\n".join(rows) + "\n")
+    assert _read(p, KINDS) is None  # inferred: a chunk of numbers in a text column
+    got = ranges.read_ranges(p, ["i", "f", "w", "t"], ",", KINDS, TEXT_DTYPE, as_text=["t"])
+    assert got["t"].tolist()[:8] == ["00", "01", "02", "03", "04", "05", "06", "00"]

@@ -252,8 +252,8 @@ def _numeric_table(src, names, delimiter, columns, types, text=None) -> pd.DataF
     an index). The numbers' dtypes are checked after the read, not given to pandas:
     given, they make its parse about twice as slow. One known difference remains: an
     integer written ``+5`` after the first block keeps its column int64 here, where
-    pyarrow would make the column float64 (same values). Text columns are read as
-    text (``dtype=str``).
+    pyarrow would make the column float64 (same values). The ``text`` columns (an
+    identifier column read as written) are the exception: their dtype is given.
     """
     if columns is not None or src.compression is not None or src.encoding != "utf-8":
         return None
@@ -262,7 +262,9 @@ def _numeric_table(src, names, delimiter, columns, types, text=None) -> pd.DataF
     kinds = {c: _KINDS[types[c]] for c in names}
     if text:
         kinds.update(dict.fromkeys(text, "text"))
-    return read_ranges(src.path, names, delimiter, kinds, _fast_dtypes()[pa.string()])
+    return read_ranges(
+        src.path, names, delimiter, kinds, _fast_dtypes()[pa.string()], as_text=list(text or ())
+    )
 
 
 _KINDS = {pa.int64(): "int", pa.float64(): "float", pa.string(): "text"}
