@@ -254,10 +254,12 @@ class GatewayRole(LocalDeployment):
                 str(runtime_port),
                 "--node-config",
                 node_config_text(self.node_configs[0]),
+                *self._runtime_auth("executor-0"),
             ],  # fmt: skip
         )
         if self.isolation == "process":
-            self._spawn("executor-0", executor_cmd(runtime_port, node.pid))
+            secret = self.workdir / "executor-0.secret"
+            self._spawn("executor-0", executor_cmd(runtime_port, node.pid, None, secret))
         return self
 
     def wait_model(self, timeout: float, once: bool = True, on_wait=None) -> Path | None:
