@@ -175,8 +175,12 @@ def _server(args, hooks) -> int:
     if args.min_clients > args.gateways:
         raise UsageError(f"--min-clients must be in [1, {args.gateways}]; got {args.min_clients}")
     settings = hooks.run_settings(args)
+    if args.secure_aggregation:  # every gateway holds a --train file
+        hooks.check_secure(args, args.gateways, True)
     rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
     rc.update({"min-nodes": args.gateways, "node-wait-s": args.timeout})
+    if args.secure_aggregation:
+        rc["secure-aggregation"] = True
     try:
         server = ServerRole(
             [],
@@ -298,7 +302,7 @@ def _gateway(args, hooks) -> int:
     return 0
 
 
-def run_role(args, run_settings, output_folder, print_result, sources) -> int:
+def run_role(args, run_settings, output_folder, print_result, sources, check_secure) -> int:
     """Run ``args.role`` (``server``, ``gateway`` or ``keys``); the exit status.
 
     The callables are ``fedep federate``'s own checks and printing, shared with the
@@ -309,6 +313,7 @@ def run_role(args, run_settings, output_folder, print_result, sources) -> int:
         output_folder=output_folder,
         print_result=print_result,
         sources=sources,
+        check_secure=check_secure,
     )
     if args.role == "keys":
         return _keys(args)

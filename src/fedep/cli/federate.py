@@ -475,7 +475,9 @@ def cmd_federate(args) -> int:
     if missing is not None:
         raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
     if args.role != "local":
-        return run_role(args, _run_settings, output_folder, _print_result, _gateway_sources)
+        return run_role(
+            args, _run_settings, output_folder, _print_result, _gateway_sources, _check_secure
+        )
     check_local_only(args)
     if args.train is None and args.dataset is None:
         raise UsageError("give --dataset NAME --gateways N, or --train PATH ...")
