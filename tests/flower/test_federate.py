@@ -552,3 +552,28 @@ def test_secure_aggregation_refusals(tmp_path, monkeypatch, capsys, n, extra, sa
     assert rc == 1, stderr
     assert says in _one_line_error(stderr)
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_dp_options_reach_the_run_config_and_their_rules_are_checked_first(
+    tmp_path, monkeypatch, capsys
+):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    opts = "--dp-epsilon 2 --dp-clip 20 --tol 0 --n-components 2 --features numeric".split()
+    rc = _plan(["--gateways", "2", "--train", *csvs, "--out", tmp_path / "o", *opts]).run_config
+    assert (rc["dp-epsilon"], rc["dp-clip"]) == (2.0, 20.0)
+    argv = ["--gateways", 2, "--train", *csvs, "--dp-epsilon", 2, "--n-components", 2]
+    code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert code == 1 and "differential privacy needs dp_clip" in _one_line_error(stderr)
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_the_server_role_checks_secure_aggregation_first(tmp_path, monkeypatch, capsys):
+    # --role server --secure-aggregation is checked as the local run is, before a SuperLink
+    argv = ["--role", "server", "--superlink", "127.0.0.1:9093", "--insecure", "--gateways",
+            2, "--secure-aggregation"]  # fmt: skip
+    code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert code == 1 and "needs at least 3 gateways" in _one_line_error(stderr)
+    argv[6] = 3
+    code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert code == 1 and "needs --features numeric" in _one_line_error(stderr)
+    assert not (tmp_path / "run").exists()
