@@ -13,12 +13,14 @@ import pytest
 pytest.importorskip("flwr")
 pytest.importorskip("dp_accounting")
 
+from flwr.app import Context, RecordDict  # noqa: E402
+
 from fedep import load  # noqa: E402
 from fedep.core.privacy import epsilon_spent  # noqa: E402
 from fedep.core.stiefel import projector_distance  # noqa: E402
 from fedep.detectors import FedEP  # noqa: E402
 from fedep.federation.privacy import gateway_seeds  # noqa: E402
-from fedep.flower import FaultPlan, run_local  # noqa: E402
+from fedep.flower import FaultPlan, gateway_privacy, run_local  # noqa: E402
 from fedep.flower.gateway_data import load_gateway_data  # noqa: E402
 from fedep.flower.messages import arrays_of, to_array_record  # noqa: E402
 
@@ -136,15 +138,26 @@ def test_the_gateway_enforces_its_budget_and_its_epsilon(tmp_path):
 
 
 def test_the_gateway_refuses_a_release_beyond_the_budget():
-    from fedep.federation.privacy import GatewayNoise
-
-    noise = GatewayNoise(1.0, 1.0, np.random.default_rng(0), budget=2)
+    # the budget is the run's: a server that sends the first contact again continues
+    # counting against it, and cannot set another one
+    ctx = Context(run_id=1, node_id=1, node_config={"dp-seed": 3}, state=RecordDict(),
+                  run_config={})  # fmt: skip
+    q = {"epsilon": 4.0, "delta": 1e-5, "clip": 8.0, "releases": 2}
     X = np.ones((5, 3))
-    noise.moment_sums(X)
-    noise.moment_sums(X)
+    for _ in range(2):
+        noise = gateway_privacy.start(ctx, q)
+        noise.moment_sums(X)
+        gateway_privacy.save_noise(ctx, noise)
+    noise = gateway_privacy.start(ctx, q)
+    assert noise.released == 2
     with pytest.raises(ValueError, match="would be release 3; the run's budget accounts for 2"):
         noise.moment_sums(X)
-    assert noise.released == 2 and math.isfinite(noise.epsilon_spent(1e-5))
+    for other in ({**q, "releases": 50}, None):
+        with pytest.raises(ValueError, match="another \\(or none\\) is refused"):
+            gateway_privacy.start(ctx, other)
+    fields = gateway_privacy.private_model_fields(ctx)
+    assert fields["dp_epsilon_"] == pytest.approx(epsilon_spent(noise.z, 2, 1e-5))
+    assert math.isfinite(fields["dp_epsilon_"]) and fields["dp_delta_"] == 1e-5
 
 
 @pytest.mark.parametrize(

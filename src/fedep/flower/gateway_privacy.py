@@ -60,7 +60,9 @@ def _max_epsilon(context: Context) -> float | None:
 
 def start(context: Context, query: dict | None) -> GatewayNoise | None:
     """Begin a run's privacy at the first contact: ``query`` is the server's budget
-    (:meth:`~fedep.federation.privacy.PrivacyBudget.query`; None: not private).
+    (:meth:`~fedep.federation.privacy.PrivacyBudget.query`; None: not private). A run
+    has one budget: a later first contact of the same run (its ``context.state``)
+    continues counting against it, and one asking another budget is refused.
 
     Raises
     ------
@@ -69,8 +71,15 @@ def start(context: Context, query: dict | None) -> GatewayNoise | None:
         ``epsilon`` exceeds the gateway's (one line).
     """
     limit = _max_epsilon(context)
-    if context.state.config_records.get(NOISE) is not None:
-        del context.state[NOISE]  # a new fit, a new budget
+    known = _data(context)
+    if known is not None:  # one budget per run: a second first contact spends from it
+        asked = None if query is None else PrivacyBudget.read_query(query)
+        if asked != tuple(known["query"]):
+            raise ValueError(
+                "differential privacy: this run's budget was set at its first contact; "
+                "another (or none) is refused"
+            )
+        return load_noise(context)
     if query is None:
         if limit is not None:
             raise ValueError(
@@ -88,7 +97,7 @@ def start(context: Context, query: dict | None) -> GatewayNoise | None:
     rng = np.random.default_rng(None if seed in (None, "") else int(seed))
     z = noise_multiplier_for(eps, releases, delta)  # the gateway's own calibration
     noise = GatewayNoise(z, clip, rng, budget=releases)
-    save_noise(context, noise, delta=delta, epsilon=eps)
+    save_noise(context, noise, delta=delta, epsilon=eps, query=[eps, delta, clip, releases])
     return noise
 
 
