@@ -15,6 +15,11 @@ modules of the other phases): scikit-learn (the estimator, its validation, the f
 pipeline) is imported at ``setup``, ``finalize`` and the feature phases of a gateway
 holding a raw table only, pandas when the gateway reads its table.
 
+In a differentially private run (the first contact carries the budget) the gateway
+clips its records and noises each of its releases here, before they leave it
+(:mod:`fedep.flower.gateway_privacy`); a query whose answer would not be noised is
+refused.
+
 A gateway holding a raw table (``data-path``) in a run with ``features = "auto"``
 never stores it in ``context.state``: it reads its own file at each feature phase
 (``query.summaries``, ``query.feature_moments``, the second ``query.moments``) and
