@@ -4,7 +4,6 @@ error reply (as ``flwr-clientapp`` gives), never a dead executor."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -19,6 +18,7 @@ from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.common.constant import SubStatus  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
+from fedep._procs import stop_group  # noqa: E402
 from fedep.flower import executor  # noqa: E402
 from fedep.flower.deployment import (  # noqa: E402
     executor_cmd,
@@ -78,20 +78,6 @@ def test_a_handler_that_raises_is_an_error_reply(monkeypatch):
     assert pushed["reply"].has_error() and pushed["status"] == SubStatus.FAILED
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Terminate ``proc``'s process group, then kill it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def test_only_an_executor_holding_the_secret_claims_the_supernodes_tasks(tmp_path):
     # Flower 1.42's SuperExec authentication: the SuperNode answers an unsigned or
     # wrongly signed AcquireTask with 401; fedep's executor signs with the shared secret
@@ -133,7 +119,7 @@ def test_only_an_executor_holding_the_secret_claims_the_supernodes_tasks(tmp_pat
         assert "401" not in (tmp_path / "good.log").read_text()
     finally:
         for p in procs:
-            _stop(p)
+            stop_group(p, grace=10)
 
 
 def test_the_executor_serves_loopback_only(capsys):

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedep._atomic import atomic_write
+from fedep._procs import signal_group
 from fedep.federation.rounds import FederationResult
 
 __all__ = [
@@ -430,10 +431,7 @@ class LocalDeployment:
         p = self.procs.get(name)
         if p is None or p.poll() is not None:
             return
-        try:
-            os.killpg(p.pid, sig)  # the group this process leads (start_new_session)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(p.pid, sig)  # the group this process leads (start_new_session)
 
     def running(self) -> list[int]:
         """PIDs of the processes of this deployment still alive (started or descended)."""
@@ -458,10 +456,7 @@ class LocalDeployment:
                 break
             time.sleep(0.05)
         for p in self.procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # stragglers of the group
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(p.pid, signal.SIGKILL)  # stragglers of the group
         for _ in range(3):  # processes may have been forked while the others stopped
             pids = _scan_marked(self.marker)
             if not pids:
