@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shlex
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -120,15 +120,20 @@ def _recipe(port: int) -> list[str]:
     ]
 
 
-def _wait_port(port: int, server: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_ready(server: subprocess.Popen, timeout: float = 180) -> str:
+    """The server role's stderr up to its ``server ready`` line (its keys registered:
+    a gateway started earlier could be refused)."""
+    deadline, seen = time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
-        assert server.poll() is None, server.communicate()[1][-2000:]
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"no SuperLink on port {port} after {timeout} s")
+        ready, _, _ = select.select([server.stderr], [], [], 1.0)
+        if ready:
+            line = server.stderr.readline()
+            seen += line
+            if "server ready" in line:
+                return seen
+            if not line:  # the server exited
+                break
+    raise AssertionError(f"the server never said it was ready: {seen[-2000:]}")
 
 
 def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
@@ -159,7 +164,7 @@ def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
     try:
         server = _start(lines[3], tmp_path)
         started.append(server)
-        _wait_port(port, server)
+        _wait_ready(server)
         # beside the two gateways, one whose key was not registered: the SuperLink
         # refuses its SuperNode, and the command says so
         rogue = lines[4].replace("site-a.key", "rogue.key").replace("runs/site-a", "runs/rogue")
@@ -275,7 +280,7 @@ def test_the_server_role_runs_secagg_with_tls_and_authenticated_gateways(tmp_pat
     try:
         server = _start(server_line, tmp_path)
         started.append(server)
-        _wait_port(port, server)
+        _wait_ready(server)
         for site in sites:
             started.append(_start(
                 f"fedep federate --role gateway --superlink localhost:{port} --certs certs "

@@ -195,13 +195,20 @@ def _server(args, hooks) -> int:
         raise UsageError(str(exc)) from None
     result = server.workdir / "result.json"
     print(
-        f"fedep federate: server on {server.address}, waiting for {args.gateways} "
-        f"gateways; logs in {server.workdir}",
+        f"fedep federate: starting the server on {server.address}; logs in {server.workdir}",
         file=sys.stderr,
         flush=True,
     )
 
     def submit_and_wait():
+        # the SuperLink is up and every key registered: a gateway may connect now (one
+        # that activates before its key is registered is refused by the SuperLink)
+        print(
+            f"fedep federate: server ready on {server.address}: {len(keys)} gateway keys "
+            f"registered, waiting for {args.gateways} gateways",
+            file=sys.stderr,
+            flush=True,
+        )
         server.submit(rc, result)
         return server.wait_result(result, timeout=args.timeout)
 
