@@ -21,8 +21,9 @@ _RST = (":func:", ":class:", ":mod:", ":meth:", ":data:", ":attr:", "``", "`")
 # federate also carries the deployment roles (--role server|gateway|keys and their TLS options);
 # fit what operators know (--reference, --reference-column, --feedback, --reference-fpr)
 # and the model it refits from (--warm-start, --verify-key); federate also has fit's three
-# differential-privacy options since the gateways noise their releases over Flower
-_MAX_LINES = {"fit": 126, "federate": 150}
+# differential-privacy options since the gateways noise their releases over Flower, and a
+# gateway's own bound (--dp-max-epsilon)
+_MAX_LINES = {"fit": 126, "federate": 151}
 
 
 def _help(capsys, monkeypatch, *argv, columns=100) -> str:

@@ -26,6 +26,7 @@ pytest.importorskip("flwr")
 
 from fedep._procs import stop_group  # noqa: E402
 from fedep.cli import (  # noqa: E402
+    _federate_roles,  # noqa: E402
     build_parser,
     federate,  # noqa: E402
     main,
@@ -570,3 +571,26 @@ def test_the_server_role_checks_secure_aggregation_first(tmp_path, monkeypatch, 
     code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
     assert code == 1 and "needs --features numeric" in _one_line_error(stderr)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_gateways_dp_bound_reaches_its_node_config(tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    class Stub:  # the gateway's SuperNode, not started: its node config is what counts
+        def __init__(self, node_configs, out, **kw):
+            seen.update(node_configs[0])
+            raise ValueError("stub")
+
+    monkeypatch.setattr(_federate_roles, "GatewayRole", Stub)
+    csv = _write_csv(tmp_path / "g0.csv", 0, rows=5)
+    base = ["--role", "gateway", "--superlink", "127.0.0.1:9093", "--insecure", "--train", csv]
+    code, stderr, _ = _answer([*base, "--dp-max-epsilon", 2], tmp_path, monkeypatch, capsys)
+    assert code == 1 and "stub" in stderr and seen["dp-max-epsilon"] == 2.0
+    for argv, says in (
+        ([*base, "--dp-max-epsilon", 0], "--dp-max-epsilon must be > 0"),
+        (["--gateways", 2, "--train", csv, csv, "--dp-max-epsilon", 2], "needs --role"),
+        ([*base[:5], "--role", "server", "--gateways", 3, "--dp-max-epsilon", 2],
+         "is a gateway's"),
+    ):  # fmt: skip
+        code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+        assert code == 1 and says in _one_line_error(stderr), stderr

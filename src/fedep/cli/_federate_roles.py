@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from fedep.cli._common import UsageError, err
+from fedep.cli._common import UsageError, err, finite_float
 from fedep.data.readers import gateway_id
 from fedep.flower.deployment import (
     Interrupted,
@@ -93,6 +93,12 @@ def add_role_options(p) -> None:
         help="gateway: its name in the federation (default: the --train file's name)",
     )
     g.add_argument(
+        "--dp-max-epsilon",
+        type=finite_float,
+        metavar="X",
+        help="gateway: take part only in differentially private runs of epsilon <= X",
+    )
+    g.add_argument(
         "--once",
         action="store_true",
         help="gateway: stop once its model is written (default: serve until stopped)",
@@ -109,7 +115,7 @@ _ROLE_ONLY = ("superlink", "certs", "server_name", "node_key", "join", "once", "
 
 def check_local_only(args) -> None:
     """The options of the other roles are refused without ``--role``."""
-    for name in _ROLE_ONLY + ("client_label",):
+    for name in _ROLE_ONLY + ("client_label", "dp_max_epsilon"):
         if getattr(args, name):
             raise UsageError(f"--{name.replace('_', '-')} needs --role server, gateway or keys")
     if args.gateway_keys:
@@ -160,6 +166,10 @@ def _server(args, hooks) -> int:
         raise UsageError("--role server reads no data: each gateway runs --role gateway")
     if args.gateways is None:
         raise UsageError("--role server needs --gateways N (how many gateways to wait for)")
+    if args.dp_max_epsilon is not None:
+        raise UsageError(
+            "--dp-max-epsilon is a gateway's (--role gateway); the server sets --dp-epsilon"
+        )
     _check_address(args.superlink or DEFAULT_LISTEN, args.insecure)
     if args.certs is None and not args.insecure:
         raise UsageError("--role server needs --certs DIR (fedep federate --role keys)")
@@ -262,6 +272,8 @@ def _gateway(args, hooks) -> int:
         raise UsageError("--role gateway needs --superlink HOST:PORT (the server's)")
     if args.train is None or args.dataset is not None:
         raise UsageError("--role gateway needs --train FILE (this gateway's own records)")
+    if args.dp_max_epsilon is not None and not args.dp_max_epsilon > 0:
+        raise UsageError(f"--dp-max-epsilon must be > 0; got {args.dp_max_epsilon:g}")
     _check_address(args.superlink, args.insecure)
     ca = key = None
     if not args.insecure:
@@ -276,6 +288,8 @@ def _gateway(args, hooks) -> int:
     (cfg,) = gateway_node_configs(out, **sources)
     label = args.client_label or gateway_id(sources["files"][0])
     cfg.update({"client-label": label, "model-path": str(out / f"gateway-{label}.fedep")})
+    if args.dp_max_epsilon is not None:  # checked by the gateway's ClientApp at each run
+        cfg["dp-max-epsilon"] = args.dp_max_epsilon
     try:
         gw = GatewayRole(
             [cfg],
