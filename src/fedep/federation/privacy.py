@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -386,8 +386,9 @@ class PrivateGateways(LocalGateways):
     def setup(
         self, std: Standardization, setup: GatewaySetup, start: dict | None = None
     ) -> list[np.ndarray] | None:
-        self._std, self._spec, self._cohort = std, setup.spec, None
-        self._start = None if start is None else [start.get(lab) for lab in self.labels]
+        # a warm start's carried states stay at their gateways (each starts its local
+        # rounds there); only the noised Gram matrices and proposals leave them
+        super().setup(std, replace(setup, sketch_rank=0), start)
         if not setup.sketch_rank:
             return None
         total = sum(nz.gram(Z) for nz, Z in zip(self.noise, self.kept_blocks(std), strict=True))

@@ -565,7 +565,9 @@ def gateway_node_configs(
     out : Path
         Output folder; gateway ``i`` writes its model to ``out / "gateway-<i>.fedep"``.
     files : list of Path, optional
-        One file per gateway (``data-path``); gateway ``i`` is labelled ``"i"``.
+        One file per gateway (``data-path``), labelled by its gateway id (the file name
+        without suffixes, :func:`fedep.data.readers.gateway_id`) as ``fedep fit`` and a
+        ``--role gateway`` label it, so that a warm start matches its gateways.
     dataset : str, optional
         An official dataset, split into ``gateways`` partitions (``partition-id``,
         ``num-partitions``), read from ``data_dir`` as ``feature_set``, cut to
@@ -585,7 +587,7 @@ def gateway_node_configs(
     n = len(files) if files is not None else int(gateways or 0)
     for i in range(n):
         if files is not None:
-            cfg = {"data-path": str(files[i]), "client-label": str(i), **extra}
+            cfg = {"data-path": str(files[i]), **extra}
         else:
             cfg = {
                 "partition-id": i,
