@@ -9,7 +9,6 @@ One definition of a fitted detector (:meth:`BaseFederatedDetector.set_fitted` th
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import warnings
 from numbers import Integral, Real
@@ -44,7 +43,13 @@ from fedep.detectors.trust import share_estimator, trusted_blocks
 from fedep.detectors.warm import warm_input, warm_start
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways
-from fedep.federation.privacy import PrivateGateways, check_private, is_private
+from fedep.federation.privacy import (
+    PrivacyBudget,
+    PrivateGateways,
+    check_private,
+    gateway_seeds,
+    is_private,
+)
 from fedep.params import validate_params
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -316,19 +321,16 @@ class BaseFederatedDetector(BaseEstimator):
                 "differential privacy (its queries are not noised); fit without one"
             )
         check_private(self, pipe)
-        seed = self.random_state
-        if isinstance(seed, numbers.Integral):  # a stream apart from the fit's own
-            seed = [int(seed), 0xD9]
-        oneshot = getattr(self, "init", "random") == "oneshot"
+        budget = PrivacyBudget.of(self)
         return PrivateGateways(
             labels,
             blocks,
-            epsilon=float(self.dp_epsilon),
-            delta=float(self.dp_delta),
-            clip=float(self.dp_clip),
-            releases=int(self.n_rounds) + 1 + int(oneshot),
+            epsilon=budget.epsilon,
+            delta=budget.delta,
+            clip=budget.clip,
+            releases=budget.releases,
             method=self.server_step,
-            rng=np.random.default_rng(seed),
+            seeds=gateway_seeds(self.random_state, len(blocks)),  # each gateway's own
             feature_names=names,
         )
 
