@@ -10,7 +10,9 @@ tested on the full test split. Settings per method:
 - ``fb50`` / ``fb200``: the defaults with 50 / 200 analyst labels per federation: the
   highest-scoring training records of the ``none`` fit, labelled with their *training*
   labels (simulated triage: confirmed attacks and the records near them leave the fit,
-  confirmed false positives are never trimmed).
+  confirmed false positives are never trimmed);
+- ``fball``: every attack row of the training set labelled ``attack`` (the ceiling of
+  feedback that only decides which training records the fit sees).
 
 Test labels are used for the final measurement only. Reports ROC AUC, FPR and recall at
 the model's own threshold, the estimated share (``contamination_``) against the
@@ -43,7 +45,7 @@ METHODS = {
     "fedpg": lambda r, s, **kw: FedPG(r, random_state=s, **kw),
     "pca": lambda r, s, **kw: PooledPCA(r, **kw),
 }
-SETTINGS = ("none", "ref1", "ref2", "fb50", "fb200")
+SETTINGS = ("none", "ref1", "ref2", "fb50", "fb200", "fball")
 
 
 def _training(d, share, n_normal, rng):
@@ -102,7 +104,9 @@ def run(args) -> list[dict]:
                         if setting.startswith("ref"):
                             frac = float(setting[3:]) / 100
                             fit_kw["reference"] = _reference(y, groups, frac, rng)
-                        if setting.startswith("fb"):
+                        if setting == "fball":  # every training attack confirmed
+                            fit_kw["feedback"] = np.where(y == 1, "attack", "")
+                        elif setting.startswith("fb"):
                             # triage of the `none` model's highest-scoring training rows
                             k = int(setting[2:])
                             top = np.argsort(-base.decision_scores_, kind="stable")[:k]
