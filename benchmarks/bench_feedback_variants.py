@@ -172,26 +172,31 @@ def run(args) -> list[dict]:
 
 
 def summarize(paths) -> str:
-    """Markdown: per dataset, share and variant the mean over seeds."""
+    """Markdown: one row per dataset and share, per variant the FPR at the ``none``
+    model's recall and the ROC AUC (means over seeds; ``none``: its FPR at its
+    threshold)."""
     rows = [r for p in paths for r in json.load(open(p))["rows"]]
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["dataset"], r["share"], r["variant"]), []).append(r)
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+
+    def mean(k, f):
+        v = [r[f] for r in cells.get(k, []) if f in r]
+        return float(np.mean(v)) if v else float("nan")
+
     out = [
-        "| dataset | attacks | variant | seeds | ROC AUC | FPR | recall | FPR at equal recall |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dataset | attacks | seeds | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
     ]
-    for k in sorted(cells):
-        c = cells[k]
-
-        def mean(f, c=c):
-            v = [r[f] for r in c if f in r]
-            return float(np.mean(v)) if v else float("nan")
-
-        out.append(
-            f"| {k[0]} | {100 * k[1]:.0f} % | {k[2]} | {len(c)} | {mean('roc_auc'):.4f} "
-            f"| {mean('fpr'):.4f} | {mean('recall'):.4f} | {mean('fpr_at_base_recall'):.4f} |"
-        )
+    for ds, share in sorted({k[:2] for k in cells}):
+        vals = [
+            f"{mean((ds, share, v), 'fpr' if v == 'none' else 'fpr_at_base_recall'):.4f} "
+            f"({mean((ds, share, v), 'roc_auc'):.3f})"
+            for v in names
+        ]
+        n = len(cells.get((ds, share, "none"), []))
+        out.append(f"| {ds} | {100 * share:.0f} % | {n} | " + " | ".join(vals) + " |")
     return "\n".join(out)
 
 
