@@ -212,11 +212,20 @@ def feedback_table(paths) -> str:
     """Markdown: the feedback settings, one row per dataset, method and share (mean over
     seeds): ROC AUC and FPR / recall at the model's own threshold of ``none`` and
     ``fb200``, the FPR at ``none``'s recall of ``fb50``, ``fb200`` and ``fball``, and
-    whether ``fb200`` cut ``none``'s FPR by a third at that recall."""
+    whether ``fb200`` cut ``none``'s FPR by a third at that recall. Only the seeds with
+    every setting of their cell count (a run cut short leaves some out)."""
     rows = [r for p in paths for r in json.load(open(p))["rows"]]
-    cells: dict = {}
+    runs: dict = {}
     for r in rows:
-        cells.setdefault((r["dataset"], r["method"], r["share"], r["setting"]), []).append(r)
+        runs.setdefault((r["dataset"], r["method"], r["share"]), {}).setdefault(r["seed"], [])
+        runs[(r["dataset"], r["method"], r["share"])][r["seed"]].append(r)
+    cells: dict = {}
+    for k, seeds in runs.items():
+        settings = {r["setting"] for rs in seeds.values() for r in rs}
+        for rs in seeds.values():
+            if {r["setting"] for r in rs} == settings:
+                for r in rs:
+                    cells.setdefault((*k, r["setting"]), []).append(r)
 
     def mean(k, f):
         v = [r[f] for r in cells.get(k, []) if r.get(f) is not None]
@@ -236,7 +245,7 @@ def feedback_table(paths) -> str:
             f"| {mean(none, 'roc_auc'):.4f} / {mean(fb, 'roc_auc'):.4f} "
             f"| {mean(none, 'fpr'):.4f} / {mean(none, 'recall'):.3f} "
             f"| {mean(fb, 'fpr'):.4f} / {mean(fb, 'recall'):.3f} "
-            f"| {' / '.join(f'{v:.4f}' for v in eq)} | {ok if share else '-'} |"
+            f"| {' / '.join('-' if v != v else f'{v:.4f}' for v in eq)} | {ok if share else '-'} |"
         )
     return "\n".join(out)
 
