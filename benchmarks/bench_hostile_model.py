@@ -34,53 +34,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from _hostile import honest_model, wide_vocabulary  # noqa: E402
+
 GiB = 2**30
-
-
-def honest_model(folder: Path):
-    """The small pipeline model, its metadata and arrays, and its training frame."""
-    import fedep
-    from fedep.detectors import make_estimator
-    from fedep.modelfile import read_model_file
-
-    rng = np.random.default_rng(0)
-    df = pd.DataFrame(
-        {
-            "a": rng.normal(size=300),
-            "b": rng.normal(size=300),
-            "proto": rng.choice(["tcp", "udp", "icmp"], 300),
-        }
-    )
-    det = make_estimator("pca")
-    det.set_params(n_components=2, features="auto")
-    det.fit(df)
-    path = folder / "honest.fedep"
-    fedep.save(det, path)
-    meta, arrays = read_model_file(path)
-    return path, meta, arrays, df
-
-
-def wide_vocabulary(meta, arrays, n_vocab):
-    """``proto`` with ``n_vocab`` categories, every array consistent with it."""
-    meta = {**meta, "features": dict(meta["features"])}
-    feats = meta["features"]
-    decisions = [dict(d) for d in feats["decisions"]]
-    decisions[2]["vocabulary"] = [f"v{i}" for i in range(n_vocab)]
-    feats["decisions"] = decisions
-    n = 2 + n_vocab + 1
-    feats["scaling"] = {"mean": [0.0] * n, "scale": [1.0] * n}
-    r = arrays["components_"].shape[0]
-    comp = np.zeros((r, n))
-    comp[0, 0] = comp[1, 1] = 1.0
-    out = dict(arrays)
-    out.update(
-        components_=comp,
-        client_components_=comp[None].copy(),
-        mean_=np.zeros(n),
-        scale_=np.ones(n),
-        constant_features_=np.zeros(n, dtype=bool),
-    )
-    return meta, out
 
 
 def near_cap(nbytes: int, seed: int = 0) -> np.ndarray:

@@ -23,12 +23,21 @@ synthetic data of the same size) it measures, in one process and one run:
 ``nsl_kdd`` trains on every training row (attacks included); ``nsl_kdd_clean`` on the
 normal rows only (67,343 x 34), the intended use of a detector of normal traffic;
 ``synthetic`` is a planted rank-r federation of the full size.
+
+``--scaling`` measures instead the round time against the floor at 20-5,000 gateways
+(default ``--clients 20 500 5000``) on the NSL-KDD training set and, at fixed gateway
+counts, on every 2nd and 4th of its rows; on one thread (BLAS limited to one, the
+cohorts' own rule); wall and CPU seconds (``time.process_time``, less sensitive to a
+busy machine) of the floor and of every round, and a least-squares fit of the round's
+CPU time as ``a * gateways + b * rows`` per method (the scaling in gateways and
+rows). The load average is recorded before and after every point.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 import tracemalloc
@@ -137,20 +146,142 @@ def bench(X, groups_all, d, r, n_rounds, X_eval, y_eval, seed=0, kernel="auto"):
     return out
 
 
+def _cpu_floor(blocks, repeats=15):
+    """Wall and CPU seconds (medians) of every client's Gram matrix once, one thread."""
+    wall, cpu = [], []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            for b in blocks:
+                b.T @ b
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    return float(np.median(wall)), float(np.median(cpu))
+
+
+def _timed_rounds(cohort, method, V0, n_rounds):
+    """Wall and CPU seconds of each round of the one round loop (the set-up round
+    dropped)."""
+    cpu = [time.process_time()]
+
+    def on_round(rnd, V, record):
+        cpu.append(time.process_time())
+
+    res = run_rounds(cohort, method, V0, n_rounds=n_rounds, tol=0.0, on_round=on_round)
+    wall = [rec["time_s"] for rec in res.history]
+    return wall[1:], list(np.diff(cpu))[1:]
+
+
+def scaling_point(X, key, d, step, r, n_rounds, kernel="auto"):
+    """Floor, FedEP and FedPG rounds for ``d`` gateways of the sorted split of every
+    ``step``-th record: medians of wall and CPU seconds and their ratios to the floor."""
+    sub = np.arange(0, X.shape[0], step)
+    groups = partition_sorted(key[sub], d)
+    order = np.argsort(groups, kind="stable")
+    Xs, gs = X[sub][order], groups[order]
+    cuts = np.searchsorted(gs, np.arange(1, d))
+    blocks = np.split(Xs, cuts)
+    V0 = random_stiefel(X.shape[1], r, np.random.default_rng(0))
+    out = {"gateways": d, "rows": int(Xs.shape[0]), "load_before": os.getloadavg()[0]}
+    floors = [_cpu_floor(blocks)]
+    for method, est in (("fedep", FedEP(n_components=r)), ("fedpg", FedPG(n_components=r))):
+        cohort = _cohort(est, blocks, V0, kernel)
+        wall, cpu = _timed_rounds(cohort, method, V0, n_rounds)
+        del cohort
+        floors.append(_cpu_floor(blocks))
+        out[f"{method}_round_s"] = float(np.median(wall))
+        out[f"{method}_round_cpu_s"] = float(np.median(cpu))
+    out["floor_s"] = float(np.median([f[0] for f in floors]))
+    out["floor_cpu_s"] = float(np.median([f[1] for f in floors]))
+    for method in ("fedep", "fedpg"):
+        out[f"{method}_over_floor"] = out[f"{method}_round_s"] / out["floor_s"]
+        out[f"{method}_cpu_over_floor"] = out[f"{method}_round_cpu_s"] / out["floor_cpu_s"]
+    out["load_after"] = os.getloadavg()[0]
+    return out
+
+
+def fit_scaling(points, key):
+    """Least-squares ``seconds = a * gateways + b * rows`` over ``points`` (field
+    ``key``): microseconds per gateway and per row."""
+    A = np.array([[p["gateways"], p["rows"]] for p in points], dtype=float)
+    y = np.array([p[key] for p in points])
+    (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+    return {"us_per_gateway": 1e6 * float(a), "us_per_row": 1e6 * float(b)}
+
+
+def scaling(a):
+    """The ``--scaling`` run: every point of ``--clients`` on all rows, and on every 2nd
+    and 4th row at ``--row-steps-at`` gateways."""
+    ds = load_dataset("nsl-kdd", a.data_dir)
+    mean, std = ds.X_train.mean(0), ds.X_train.std(0)
+    std[std == 0] = 1.0
+    X = (ds.X_train - mean) / std
+    key = ds.raw_train["dst_bytes"].to_numpy()
+    plan = [(d, 1) for d in a.clients] + [(d, s) for d in a.row_steps_at for s in (2, 4)]
+    points = []
+    for d, step in plan:
+        p = scaling_point(X, key, d, step, a.rank, a.rounds, a.kernel)
+        points.append(p)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in p.items()}))
+    fits = {
+        name: fit_scaling(points, f"{name}_cpu_s" if name == "floor" else f"{name}_round_cpu_s")
+        for name in ("floor", "fedep", "fedpg")
+    }
+    return {
+        "machine": platform.platform(),
+        "numpy": np.__version__,
+        "numba": getattr(_kernels.numba, "__version__", None),
+        "kernel": a.kernel,
+        "rank": a.rank,
+        "rounds": a.rounds,
+        "blas_threads": 1,
+        "points": points,
+        "cpu_seconds_fit": fits,
+    }
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/results/rounds.json")
-    p.add_argument("--clients", type=int, nargs="+", default=[20, 100, 200, 500])
+    p.add_argument(
+        "--out",
+        default=None,
+        help="default: benchmarks/results/rounds.json, or rounds_scaling.json with --scaling",
+    )
+    p.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=None,
+        help="gateway counts (default 20 100 200 500; with --scaling 20 500 5000)",
+    )
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--rank", type=int, default=5)
     p.add_argument("--data-dir", default=None)
     p.add_argument(
         "--kernel",
         choices=["auto", "numba", "numpy"],
-        default="auto",
-        help="compiled kernels (default) or the batched NumPy reference",
+        default="numba",
+        help="compiled kernels (default; 'auto' runs NumPy while numba's cache is cold) "
+        "or the batched NumPy reference",
     )
+    p.add_argument(
+        "--scaling",
+        action="store_true",
+        help="round time against the floor per gateway count and row count only",
+    )
+    p.add_argument("--row-steps-at", type=int, nargs="*", default=[500, 5000])
     a = p.parse_args(argv)
+    if a.scaling:
+        a.clients, a.rounds = a.clients or [20, 500, 5000], min(a.rounds, 12)
+        with threadpool_limits(limits=1, user_api="blas"):
+            results = scaling(a)
+        out = Path(a.out or "benchmarks/results/rounds_scaling.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2))
+        print(json.dumps(results["cpu_seconds_fit"]), f"wrote {out}")
+        return
+    a.out = a.out or "benchmarks/results/rounds.json"
+    a.clients = a.clients or [20, 100, 200, 500]
     ds = load_dataset("nsl-kdd", a.data_dir)
     mean, std = ds.X_train.mean(0), ds.X_train.std(0)
     std[std == 0] = 1.0

@@ -18,10 +18,13 @@ set):
   period-1 gateway from its own state, the new one from the consensus);
 
 - ``warm_no_remerge`` (FedEP): the same with ``remerge=False``, the carried state alone
-  (with re-merges, the default, a first merge of the new records farther than
-  ``sqrt(tol)`` from the carried consensus restarts the ADMM there);
+  (with re-merges, the default, the drift test at round 2 restarts the ADMM at the merge
+  of the new cleaned records when the carried state is not stationary on them);
+- ``warm_same``: the period-1 model refitted on period 1 itself (the data did not move);
 
-each to the same stopping test (``tol``), recording rounds, the sum of the rounds'
+each to the same stopping test (``tol``; a warm start's window holds the model's last
+rounds, see ``docs/lineage.md``), recording rounds, whether the drift test merged
+(``remerged``: the rounds whose merge was taken), the sum of the rounds'
 times (``rounds_s``; the setup phases excluded), the whole fit (``fit_s``, wall;
 ``fit_cpu_s``, this process's CPU time, less sensitive to a loaded machine), the
 stop reason and the test split's ROC AUC of the global scores (the labels are used for
@@ -84,6 +87,7 @@ def fit_record(det, X, groups, ds) -> dict:
         "rounds_s": float(sum(r["time_s"] for r in det.history_)),
         "fit_s": float(det.fit_time_),
         "rank": int(det.n_components_),
+        "remerged": [int(r["round"]) for r in det.history_ if r.get("remerged")],
         "roc_auc": float(roc_auc_score(ds.y_test, det.decision_function(ds.X_test))),
     }
 
@@ -115,6 +119,8 @@ def main(argv=None):
             if m == "fedep":  # the carried state alone, without re-merges' drift test
                 alone = copy.deepcopy(first).set_params(warm_start=True, remerge=False)
                 rec["warm_no_remerge"] = fit_record(alone, X[two], groups[two], ds)
+            same = copy.deepcopy(first).set_params(warm_start=True)
+            rec["warm_same"] = fit_record(same, X[one], groups[one], ds)
             rec["warm_over_cold_rounds"] = rec["warm"]["n_rounds"] / rec["cold"]["n_rounds"]
             rec["warm_over_cold_s"] = rec["warm"]["fit_s"] / rec["cold"]["fit_s"]
             rec["warm_over_cold_cpu"] = rec["warm"]["fit_cpu_s"] / rec["cold"]["fit_cpu_s"]

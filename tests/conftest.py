@@ -8,6 +8,11 @@ there.
 With ``CI`` set, hypothesis runs derandomised (the same examples on every run), so a
 submission's check does not depend on the draw; run without ``CI`` to explore new
 examples.
+
+The suite runs fedep's compiled kernels, compiling them in the test process when
+numba's cache is cold (``FEDEP_KERNELS=numba``, inherited by the commands tests start):
+``"auto"`` would run NumPy and start a background compile in every test process. Tests
+of the ``"auto"`` choice set the variable themselves (tests/core/test_kernel_dispatch.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from hypothesis import settings
 
 from fedep.data import resolve_data_dir
 from fedep.data.dataset_files import KNOWN_FILES
+
+os.environ.setdefault("FEDEP_KERNELS", "numba")
 
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):

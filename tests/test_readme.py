@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from _zeek import flows, write_zeek
+from fedep._procs import stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -42,12 +42,7 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 900) -> subprocess.Complete
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
+        out, err = stop_group(proc, grace=10)
         raise AssertionError(f"{cmd} ran past {timeout} s: {err[-2000:]}") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 

@@ -32,6 +32,7 @@ FLOORS: dict[str, int] = {
     "errors": 0,
     "_errors": 0,
     "_progress": 0,
+    "_procs": 0,
     "core": 1,
     "data": 2,
     "features": 2,

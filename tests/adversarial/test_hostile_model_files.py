@@ -7,57 +7,19 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import fedep
-from fedep.detectors import make_estimator
+from _hostile import honest_model, wide_vocabulary
 from fedep.detectors.blocks import SCORING_BLOCK_BYTES
-from fedep.modelfile import ModelFileError, read_model_file, write_model_file
+from fedep.modelfile import ModelFileError, write_model_file
 
 
 @pytest.fixture(scope="module")
 def honest(tmp_path_factory):
     """A small pipeline model (numbers and a 3-value category): its file's content."""
-    rng = np.random.default_rng(0)
-    df = pd.DataFrame(
-        {
-            "a": rng.normal(size=300),
-            "b": rng.normal(size=300),
-            "proto": rng.choice(["tcp", "udp", "icmp"], 300),
-        }
-    )
-    det = make_estimator("pca")
-    det.set_params(n_components=2, features="auto")
-    det.fit(df)
-    path = tmp_path_factory.mktemp("m") / "m.fedep"
-    fedep.save(det, path)
-    meta, arrays = read_model_file(path)
+    _, meta, arrays, df = honest_model(tmp_path_factory.mktemp("m"))
     return meta, arrays, df
-
-
-def wide_vocabulary(meta, arrays, n_vocab):
-    """The honest model with ``n_vocab`` categories of ``proto``: every array, the
-    scaling and the rank consistent with the wider pipeline (a file the schema accepts)."""
-    meta = {**meta, "features": dict(meta["features"])}
-    feats = meta["features"]
-    decisions = [dict(d) for d in feats["decisions"]]
-    decisions[2]["vocabulary"] = [f"v{i}" for i in range(n_vocab)]
-    feats["decisions"] = decisions
-    n = 2 + n_vocab + 1
-    feats["scaling"] = {"mean": [0.0] * n, "scale": [1.0] * n}
-    r = arrays["components_"].shape[0]
-    comp = np.zeros((r, n))
-    comp[0, 0] = comp[1, 1] = 1.0
-    out = dict(arrays)
-    out.update(
-        components_=comp,
-        client_components_=comp[None].copy(),
-        mean_=np.zeros(n),
-        scale_=np.ones(n),
-        constant_features_=np.zeros(n, dtype=bool),
-    )
-    return meta, out
 
 
 def _peak(fn) -> int:

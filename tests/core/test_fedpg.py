@@ -67,6 +67,51 @@ def test_compiled_local_epochs_match_numpy_reference(params):
     assert np.allclose(np.swapaxes(b.W, 1, 2) @ b.W, np.eye(3), atol=1e-12)
 
 
+@pytest.mark.parametrize("params", [PAPER, DEFAULT])
+def test_eigenbasis_epochs_match_the_reference_on_rank_deficient_gateways(params):
+    """The compiled epochs run in each gateway's eigenbasis: gateways with fewer records
+    than features (a singular ``C_i``, zero eigenvalues) or one record, partial rounds,
+    and the round's metrics (objective of the consensus, gradient scale) agree with the
+    NumPy reference's plain ``C_i`` products to rounding."""
+    rng = np.random.default_rng(11)
+    sizes = [1, 4, 9, 30, 200]
+    blocks = [rng.standard_normal((N, 12)) * 0.8 ** np.arange(12) for N in sizes]
+    V0 = random_stiefel(12, 4, np.random.default_rng(12))
+    runs = {}
+    for kernel in ("numpy", "numba"):
+        coh = FedPGCohort(blocks, V0, _settings(kernel, epochs=30, **params))
+        V, reps = V0, []
+        for k in range(6):
+            rep = coh.local_round(V, None if k % 3 else np.array([0, 2, 4]))
+            reps.append(rep)
+            V, _ = server_round("fedpg", rep, V)
+        runs[kernel] = (coh, V, reps)
+    (a, Va, ra), (b, Vb, rb) = runs["numpy"], runs["numba"]
+    assert a.C is not None and b.C is None  # the compiled path keeps (lam, E) instead
+    np.testing.assert_allclose(Vb, Va, atol=1e-10)
+    np.testing.assert_allclose(b.W, a.W, atol=1e-10)
+    np.testing.assert_allclose(b.Y, a.Y, atol=1e-10)
+    for x, y in zip(ra, rb, strict=True):
+        for key in ("fit", "grad_scale", "x_norm2"):
+            np.testing.assert_allclose(y.metrics[key], x.metrics[key], rtol=1e-10, atol=1e-9)
+    assert np.allclose(np.swapaxes(b.W, 1, 2) @ b.W, np.eye(4), atol=1e-12)
+
+
+def test_a_compiled_cohort_runs_the_reference_when_the_kernel_is_not_picked(monkeypatch):
+    """A cohort set up for the compiled epochs (no ``C``, its eigendecomposition kept)
+    still runs the NumPy reference when ``pick`` gives no kernel for a round (a
+    dispatcher that answers per call), on ``C_i`` rebuilt from ``(lam, E)``."""
+    blocks = _blocks(seed=9)
+    V0 = random_stiefel(10, 3, np.random.default_rng(10))
+    ref = FedPGCohort(blocks, V0, _settings("numpy", epochs=5, **DEFAULT))
+    coh = FedPGCohort(blocks, V0, _settings("auto", epochs=5, **DEFAULT))
+    assert coh.C is None and coh.E is not None
+    monkeypatch.setattr("fedep.core.fedpg._kernels.pick", lambda kernel, name: None)
+    a, b = ref.local_round(V0), coh.local_round(V0)
+    np.testing.assert_allclose(b.W, a.W, atol=1e-10)
+    np.testing.assert_allclose(b.metrics["fit"], a.metrics["fit"], rtol=1e-10)
+
+
 @pytest.mark.parametrize("kernel", ["numpy", "numba"])
 def test_paper_setting_keeps_the_authors_iterates(kernel):
     """``PAPER`` is the authors' algorithm as this module ran it before the relative

@@ -59,10 +59,18 @@ def test_cholesky_solve_and_its_refusal():
 
 
 def test_pick_dispatch(monkeypatch):
+    monkeypatch.setenv("FEDEP_KERNELS", "numba")
     assert K.pick("numpy", "manpg_clients") is None
     assert K.pick("auto", "manpg_clients") is K.manpg_clients
     with pytest.raises(ValueError, match="kernel"):
         K.pick("cuda", "manpg_clients")
+    monkeypatch.setenv("FEDEP_KERNELS", "numpy")
+    assert K.pick("auto", "manpg_clients") is None  # the environment overrides "auto"
+    assert K.pick("numba", "manpg_clients") is K.manpg_clients  # ... not an explicit choice
+    monkeypatch.setenv("FEDEP_KERNELS", "gpu")
+    with pytest.raises(ValueError, match="FEDEP_KERNELS"):
+        K.pick("auto", "manpg_clients")
+    monkeypatch.setenv("FEDEP_KERNELS", "auto")
     monkeypatch.setattr(K, "HAVE_NUMBA", False)
     assert K.pick("auto", "manpg_clients") is None  # falls back to NumPy
     with pytest.raises(ImportError, match="numba"):

@@ -126,3 +126,29 @@ def test_top_k_non_finite_falls_back():
     np.testing.assert_array_equal(idx, ref_idx)
     np.testing.assert_array_equal(vals, ref_vals)
     assert idx.tolist() == [[2, 0], [0, 2]]
+
+
+def test_a_cold_writer_runs_the_reference_and_starts_the_background_compile(tmp_path, monkeypatch):
+    from fedep.data import _tails
+
+    p = tmp_path / "t.csv"
+    p.write_bytes(b"a,b\n1,2\n3,4\n")
+    (block,) = list(CsvBlockReader(p, ["a", "b"]))
+    fmt = ScoreTailFormatter(["a", "b"], 1)
+    args = (block, np.array([1.5, 2.25]), np.array([0, 1]), np.array([0.25, 1.0]),
+            np.array([[0], [1]]), np.array([[0.5], [2.0]]))  # fmt: skip
+    compiled_out = fmt.block_output(*args)  # FEDEP_KERNELS=numba in the suite
+    started, calls = [], []
+    monkeypatch.setenv("FEDEP_KERNELS", "auto")
+    monkeypatch.setattr(_tails, "ready", lambda kernel: False)  # a cold cache
+    monkeypatch.setattr(_tails, "compile_in_background", started.append)
+    monkeypatch.setattr(_tails, "write_lines", lambda *a: calls.append(a))
+    assert fmt.block_output(*args) == compiled_out  # the reference's bytes
+    assert calls == [] and started == [_tails._write_kernel]
+    monkeypatch.setenv("FEDEP_KERNELS", "numpy")
+    started.clear()
+    assert fmt.block_output(*args) == compiled_out and started == [] and calls == []
+    monkeypatch.setattr(_tails, "ready", lambda kernel: True)  # a warm cache
+    monkeypatch.setenv("FEDEP_KERNELS", "auto")
+    monkeypatch.setattr(_tails, "write_lines", lambda *a: calls.append(a) or b"compiled")
+    assert fmt.block_output(*args) == b"compiled" and len(calls) == 1

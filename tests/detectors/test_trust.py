@@ -4,6 +4,7 @@ what the fit says about how it estimated the share."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -112,3 +113,26 @@ def test_bad_reference_or_feedback_is_one_line(kwargs, match):
     with pytest.raises(ValueError, match=match) as info:
         PooledPCA(2).fit(X, groups=np.arange(200) % 2, **kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_warm_start_with_a_trusted_reference():
+    X, _, g, ref, B = _federation(2)
+    first = np.arange(len(X)) % 2 == 0
+    kw = {"standardize": False, "contamination": "auto", "n_rounds": 30, "random_state": 0}
+    model = _quiet_fit(FedEP(3, **kw), X[first], g[first], reference=ref[first])
+    warm = copy.deepcopy(model).set_params(warm_start=True)
+    _quiet_fit(warm, X[~first], g[~first], reference=ref[~first])
+    cold = _quiet_fit(FedEP(3, **kw), X[~first], g[~first], reference=ref[~first])
+    # the reference's decisions are the new period's, as a cold fit's: its records, the
+    # trimming started from it, the threshold; the basis the normal subspace
+    assert warm.trust_["n_reference"] == cold.trust_["n_reference"] == int(ref[~first].sum())
+    assert warm.trim_history_[0]["start"] == "reference"
+    assert warm.threshold_ == pytest.approx(cold.threshold_, rel=0.02)
+    assert projector_distance(warm.components_.T, B) < 0.1
+    assert warm.lineage_["parent"] == model.lineage_["id"]
+
+
+def _quiet_fit(est, X, g, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(X, groups=g, **kw)

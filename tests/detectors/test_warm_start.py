@@ -59,9 +59,17 @@ def test_warm_start_on_the_same_data_stops_at_once_with_the_same_basis(cls, fed)
         cold = cls(n_components=2, random_state=0).fit(fed.X_train, groups=fed.groups_train)
     assert cold.stop_reason_.endswith("stationary")
     warm = _warm(cold, fed.X_train, fed.groups_train)
-    # the stopping test needs STOP_WINDOW + 1 rounds to see a window; no more
-    assert warm.n_iter_ == STOP_WINDOW + 1 < cold.n_iter_
+    # the window holds the carried fit's last rounds: the refit's first change (at its
+    # second round) completes it
+    assert warm.n_iter_ == 2 < cold.n_iter_
     assert warm.stop_reason_ == cold.stop_reason_
+    measure = "lagrangian_change" if cls is FedEP else "objective_change"
+    assert warm.history_[0][measure] is None and warm.history_[1][measure] <= cold.tol
+    # without the model's rounds (a model file without history) the window is the
+    # refit's own, as a cold fit's
+    bare = copy.deepcopy(cold)
+    bare.history_ = None
+    assert _warm(bare, fed.X_train, fed.groups_train).n_iter_ == STOP_WINDOW + 1
     angles = subspace_angles(cold.components_.T, warm.components_.T)
     assert angles.max() < 0.02
     np.testing.assert_array_equal(warm.mean_, cold.mean_)  # the model's scaling kept
@@ -96,6 +104,21 @@ def test_a_new_gateway_starts_from_the_consensus_the_others_from_their_own_state
     # the new gateway's basis ends beside the others' (it started at the consensus)
     angle = subspace_angles(warm.client_components_[4].T, warm.components_.T).max()
     assert angle < 0.05
+
+
+def test_the_drift_test_merges_only_when_the_data_moved(fitted, fed):
+    X, g = fed.X_train, fed.groups_train
+    # the same records: the carried state is stationary on them at round 2, no merge
+    same = _warm(fitted, X, g)
+    assert same.n_iter_ == 2 and not any(h.get("remerged") for h in same.history_)
+    # rotated records: not stationary at round 2, so the ADMM restarts at the merge of
+    # the new cleaned records (round 1 asks for no sketch), and the window refills
+    R = special_ortho_group.rvs(10, random_state=1)
+    moved = _warm(fitted, X @ R.T, g)
+    assert "remerge_change" not in moved.history_[0]
+    assert moved.history_[1]["remerged"] is True
+    assert moved.history_[1]["lagrangian_change"] > fitted.tol
+    assert moved.n_iter_ > STOP_WINDOW and moved.stop_reason_ == "lagrangian_stationary"
 
 
 def test_warm_start_refusals(fitted, fed):

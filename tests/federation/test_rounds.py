@@ -232,3 +232,42 @@ def test_stop_reasons_name_what_stopped_the_fit():
     assert stop_reason_of("converged", "fedep") == "lagrangian_stationary"
     assert stop_reason_of("converged", "fedpg") == "objective_stationary"
     assert stop_reason_of("max_rounds", "fedpg") == "max_rounds"
+
+
+def test_a_warm_start_window_continues_the_carried_rounds():
+    from fedep.federation.rounds import (
+        STOP_WINDOW,
+        carried_rounds,
+        consensus_change,
+        lagrangian_change,
+    )
+
+    E, E_old = 1000.0, 4000.0
+    old = [{"augmented_lagrangian": 50.0 - 0.1 * k, "data_energy": E_old} for k in range(30)]
+    new = [{"augmented_lagrangian": v, "data_energy": E} for v in (70.0, 69.9, 69.85)]
+    carried = carried_rounds([{**h, "lagrangian_change": 0.0} for h in old], "fedep")
+    assert len(carried) == STOP_WINDOW + 1
+    assert set(carried[0]) == {"augmented_lagrangian", "data_energy"}
+    # the first round alone has no change of its own: not yet known
+    assert lagrangian_change(new[:1], carried=carried) is None
+    # then the chain's last STOP_WINDOW changes: 8 carried (0.1 / E_old) and 2 new
+    # (0.1 and 0.05 over E); the step 50 -> 70 between the two fits is not counted
+    assert lagrangian_change(new, carried=carried) == pytest.approx(0.1 / E)
+    assert lagrangian_change(new[:2], carried=carried[-3:]) is None  # 2 + 1 < window
+    # without carried rounds: the cold rule, STOP_WINDOW + 1 rounds of its own
+    assert lagrangian_change(new) is None
+    # the consensus' moves: the first move (from the carried consensus) counts
+    moves = [{"v_change": 1e-4, "consensus_change": 0.0}] * 12
+    seed = carried_rounds(moves, "fedep", "median")
+    assert consensus_change([{"v_change": 3e-4}], carried=seed) == pytest.approx(3e-4)
+    assert consensus_change([{"v_change": 3e-4}]) is None
+    # only rounds the stopping test read (every client took part), with finite numbers,
+    # counted back from the last
+    partial = [{**h, "lagrangian_change": 0.0} for h in old[:-3]] + old[-3:]
+    assert carried_rounds(partial, "fedep") == []
+    bad = [{**h, "lagrangian_change": 0.0} for h in old]
+    bad[-4]["augmented_lagrangian"] = float("nan")
+    assert len(carried_rounds(bad, "fedep")) == 3
+    bad[-2]["data_energy"] = True  # not a number
+    assert len(carried_rounds(bad, "fedep")) == 1
+    assert carried_rounds(None, "fedpg") == []

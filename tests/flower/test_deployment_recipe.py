@@ -30,6 +30,7 @@ from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
+from fedep._procs import stop_group  # noqa: E402
 from fedep.cli import main  # noqa: E402
 from fedep.flower.deployment import free_port  # noqa: E402
 from fedep.flower.roles import check_insecure, exit_reason, is_loopback  # noqa: E402
@@ -65,15 +66,7 @@ def _start(line: str, cwd: Path) -> subprocess.Popen:
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the command's group (it stops its own processes), SIGKILL after 30 s."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-        except ProcessLookupError:
-            pass
+    stop_group(proc, grace=30)
 
 
 def _sweep(root: Path) -> list[int]:

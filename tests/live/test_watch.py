@@ -231,3 +231,25 @@ def test_stdout_only_with_a_position_file(tmp_path, model, capfd):
     assert out and all(r["event"] == "alert" for r in out)
     Watcher(cfg).run()  # nothing new: nothing printed again
     assert capfd.readouterr().out == ""
+
+
+def test_the_model_file_is_read_once_at_start_and_once_per_replacement(tmp_path, model):
+    live = tmp_path / "live.fedep"
+    shutil.copy(model, live)
+    w = ZeekWriter(tmp_path, seed=5)
+    reads = []
+
+    def load(path):
+        reads.append(path)
+        return fedep.load(path)
+
+    watcher = Watcher(config(tmp_path, [w.path], live, model_check=0), load_model=load)
+    w.append(50)
+    watcher.step()
+    assert reads == [live]  # the start-up load is the one the watcher scores with
+    os.replace(_resaved(model, tmp_path, "next.fedep", 0.5), live)
+    w.append(50)
+    watcher.step()
+    assert reads == [live, live] and watcher.slot.swaps == 1
+    watcher.follower.close()
+    watcher.sink.close()

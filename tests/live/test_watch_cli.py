@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedep._procs import signal_group
 from fedep.cli import main
 from test_readme import _run
 
@@ -37,13 +38,11 @@ def _started(cmd, **kw):
         yield proc
     finally:
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
                 proc.wait()
         for f in (proc.stdin, proc.stdout, proc.stderr):
             if f is not None:

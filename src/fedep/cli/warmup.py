@@ -23,9 +23,10 @@ def register(sub) -> None:
         description="Compile fedep's numerical kernels (numba) and keep them in numba's "
         "on-disk cache, so that the first fit and the first score do not pay the "
         "compilation (about 35-55 CPU-seconds, once per machine and fedep version). "
-        "Run it after installing, e.g. when building a container image. The cache is "
-        "NUMBA_CACHE_DIR when set, else beside the installed package, else "
-        "~/.cache/numba.",
+        "Run it after installing, e.g. when building a container image. Without it, a "
+        "fit on a cold cache runs the NumPy kernels and starts this command in the "
+        "background (docs/performance.md). The cache is NUMBA_CACHE_DIR when set, else "
+        "beside the installed package, else ~/.cache/numba.",
     )
     p.add_argument("--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=cmd_warmup)

@@ -271,10 +271,10 @@ def cmd_watch(args) -> int:
             re.compile(cfg.gateway_pattern)
         except re.error as exc:
             raise UsageError(f"--gateway-pattern: {exc}") from None
-    # As score and evaluate: refused, or announced on one line when unsigned (the
-    # watcher's own loads, replacements included, verify with the same key).
-    load_model(args.model, args.verify_key, getattr(args, "require_signature", False))
-    watcher = Watcher(cfg)
+    # As score and evaluate: refused, or announced on one line when unsigned; the
+    # watcher loads the file once with it, and every replacement the same way.
+    require = getattr(args, "require_signature", False)
+    watcher = Watcher(cfg, load_model=lambda path: load_model(path, args.verify_key, require))
     if threading.current_thread() is not threading.main_thread():
         return watcher.run()
 

@@ -110,8 +110,9 @@ class FedEPSettings:
 
     ``kernel`` picks the implementation of the per-record S-, U- and dual steps:
     ``"numba"`` (the fused kernel of :mod:`fedep.core._kernels`), ``"numpy"`` (the
-    reference), or ``"auto"`` (numba when it can be imported). Both give the same
-    iterates up to rounding.
+    reference), or ``"auto"`` (numba when its compiled code costs no compilation, else
+    NumPy while a background process compiles it; ``FEDEP_KERNELS`` overrides, see
+    :mod:`fedep.core._kernels._dispatch`). Both give the same iterates up to rounding.
     """
 
     alpha: float
@@ -247,7 +248,7 @@ class FedEPCohort:
                 f"got {weights!r}"
             )
         self.nu = float(nu) * scale[weights].astype(float)
-        self._fused = _kernels.pick(settings.kernel, "fused_data_step")
+        _kernels.requested_mode(settings.kernel)  # an unknown kernel fails here
         if settings.use_sparse:
             # S is not state: each round's S-step reads only X, U and A, so S is
             # never stored (one array less to stream per round).
@@ -474,6 +475,8 @@ class FedEPCohort:
         out = {k: np.zeros(self.d) for k in keys}
         chunk = max(1, self.settings.chunk_rows)
         s = self.settings
+        # Chosen each round: a kernel compiled behind the first fit serves its later rounds.
+        fused = _kernels.pick(s.kernel, "fused_data_step")
         for g in self.groups:
             sel = want[g.clients]
             if not sel.any():
@@ -496,8 +499,8 @@ class FedEPCohort:
                     ks = slice(k0, min(b, k0 + kb))
                     for r0 in range(0, m, rb):
                         rows = slice(r0, min(m, r0 + rb))
-                        if self._fused is not None:
-                            self._fused(
+                        if fused is not None:
+                            fused(
                                 g.X, g.U, g.A, WT, k0, ks.stop, r0, rows.stop, g.lengths,
                                 s.alpha, s.mu, acc,
                             )  # fmt: skip

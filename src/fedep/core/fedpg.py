@@ -11,7 +11,10 @@ Riemannian gradient steps on
 first updates its dual ``Y_i <- Y_i + rho_i (W_i - Z)`` (the order of the authors'
 code); the server averages the ``W_i`` with weights proportional to the penalties
 ``rho_i``. The data enter only through ``C_i = X_i^T X_i``, formed once, so a local
-step costs O(n^2 r) whatever ``N_i`` is.
+step costs O(n^2 r) whatever ``N_i`` is; the compiled epochs
+(:mod:`fedep.core._kernels.fedpg`) run in the eigenbasis of ``C_i`` (decomposed once),
+where it is diagonal: a round costs four n x n by n x r products per client (the
+rotations in and out) and O(n r^2) per epoch, the NumPy reference O(n^2 r) per epoch.
 
 Two choices decide whether the rounds reach the pooled subspace (measured on the
 official splits, see the estimator :class:`fedep.FedPG`):
@@ -97,10 +100,13 @@ class FedPGSettings:
     kernel: str = "auto"
 
 
-def penalty_scale(C: np.ndarray, sizes: np.ndarray, settings: FedPGSettings) -> np.ndarray:
+def penalty_scale(
+    C: np.ndarray, sizes: np.ndarray, settings: FedPGSettings, lmax: np.ndarray | None = None
+) -> np.ndarray:
     """Per-client scale ``s_i`` of the penalty ``rho_i = rho * s_i``, shape (d,).
 
-    ``C`` (d, n, n) are the clients' Gram matrices, ``sizes`` (d,) their records.
+    ``C`` (d, n, n) are the clients' Gram matrices, ``sizes`` (d,) their records;
+    ``lmax`` (d,), their largest eigenvalues when known (else computed from ``C``).
     """
     weights = settings.consensus_weights
     if weights == "auto":
@@ -108,12 +114,13 @@ def penalty_scale(C: np.ndarray, sizes: np.ndarray, settings: FedPGSettings) -> 
     if weights == "curvature":
         # Floored as FedEP's: a near-constant client would otherwise get rho_i ~ 0
         # (no pull toward Z) and a zero weight in the server's mean.
-        lmax = np.linalg.eigvalsh(C)[:, -1]
+        if lmax is None:
+            lmax = np.linalg.eigvalsh(C)[:, -1]
         return np.maximum(lmax, CURVATURE_FLOOR * sizes)
     if weights == "samples":
         return np.asarray(sizes, dtype=float).copy()
     if weights == "uniform":
-        return np.ones(C.shape[0])
+        return np.ones(len(sizes))
     raise ValueError(
         f"consensus_weights must be 'auto', 'curvature', 'samples' or 'uniform'; got {weights!r}"
     )
@@ -136,6 +143,14 @@ class FedPGCohort:
     V0 : ndarray of shape (n, r)
         Initial consensus.
     settings : FedPGSettings
+
+    Attributes
+    ----------
+    C : ndarray of shape (d, n, n) or None
+        The clients' Gram matrices ``X_i^T X_i`` (NumPy path); None on the compiled
+        path, which keeps their eigendecompositions instead:
+    lam, E : ndarray of shape (d, n) and (d, n, n)
+        ``C_i = E_i diag(lam_i) E_i^T`` (compiled path only).
     """
 
     @_single_threaded_blas
@@ -154,8 +169,17 @@ class FedPGCohort:
             raise ValueError(
                 f"manifold must be 'stiefel' or 'grassmann'; got {settings.manifold!r}"
             )
+        self.lam = self.E = None
+        if _kernels.pick(settings.kernel, "fedpg_clients") is not None:
+            # The compiled epochs run in each client's eigenbasis (C_i = E_i diag(lam_i)
+            # E_i^T, see fedep.core._kernels.fedpg): C itself is no longer needed.
+            self.lam, self.E = np.linalg.eigh(self.C)
+            lmax = self.lam[:, -1]
+            self.C = None
+        else:
+            lmax = np.linalg.eigvalsh(self.C)[:, -1]
         #: Server weights s_i (reported as nu) and penalties rho_i = rho * s_i, (d,).
-        self.weights = penalty_scale(self.C, self.sizes, settings)
+        self.weights = penalty_scale(self.C, self.sizes, settings, lmax)
         if settings.penalty_scaling == "paper":
             # rho literally, one penalty for all (the paper); the server's weights
             # alone follow consensus_weights ("samples": the authors' code, N_i)
@@ -163,10 +187,15 @@ class FedPGCohort:
         else:
             self.rho = float(settings.rho) * self.weights
         if settings.lr is None:
-            lmax = np.linalg.eigvalsh(self.C)[:, -1]
             self.lr = self.sizes / (2.0 * lmax + self.rho)
         else:
             self.lr = np.full(self.d, float(settings.lr))
+
+    def _gram(self, sel) -> np.ndarray:
+        """``C_i`` of the clients ``sel`` from their eigendecompositions (the NumPy path
+        of a cohort set up for the compiled one)."""
+        E = self.E[sel]
+        return (E * self.lam[sel][:, None, :]) @ np.swapaxes(E, 1, 2)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Every array that changes over rounds: ``W`` and ``Y`` (d, n, r)."""
@@ -181,21 +210,33 @@ class FedPGCohort:
         """Local epochs and dual update of the participating clients."""
         s = self.settings
         idx = np.arange(self.d) if clients is None else np.asarray(clients)
-        C, W = self.C[idx], self.W[idx]
-        rho = self.rho[idx]
-        Y = self.Y[idx] + rho[:, None, None] * (W - Z)
+        # With every client taking part, index by a slice: views, not copies.
+        sel = slice(None) if clients is None else idx
+        W = self.W[sel]
+        rho = self.rho[sel]
+        Y = self.Y[sel] + rho[:, None, None] * (W - Z)
         stiefel = s.manifold == "stiefel"
+        # The objective of the consensus received (the global model, an orthonormal
+        # basis of span(Z)), not of the local bases: the stopping test watches the
+        # objective of the model that scores. With the relative penalty the local W_i
+        # keep closing on Z for long after the consensus has settled (measured:
+        # NSL-KDD rich, rank 9, the consensus objective still within 1e-5 of the
+        # energy per round from round ~45, the local fits' sum not by 200).
+        Q = np.linalg.qr(np.asarray(Z, dtype=float))[0]
         compiled = _kernels.pick(s.kernel, "fedpg_clients")
-        if compiled is not None:
-            W = np.ascontiguousarray(W, dtype=float)
+        if compiled is not None and self.E is not None:
+            W = np.array(W, dtype=float, order="C")
+            terms = np.empty((2, idx.size))
             compiled(
-                C, W, np.ascontiguousarray(Y), np.ascontiguousarray(Z, dtype=float),
-                1.0 / self.sizes[idx], self.lr[idx], np.ascontiguousarray(rho),
-                int(s.local_epochs), stiefel,
+                self.E[sel], self.lam[sel], W, Y, np.ascontiguousarray(Z, dtype=float),
+                np.ascontiguousarray(Q), 1.0 / self.sizes[sel], self.lr[sel],
+                np.ascontiguousarray(rho), int(s.local_epochs), stiefel, self.trX[sel], terms,
             )  # fmt: skip
+            fit, grad_scale = terms
         else:
-            inv_n = (1.0 / self.sizes[idx])[:, None, None]
-            lr = self.lr[idx, None, None]
+            C = self.C[sel] if self.C is not None else self._gram(sel)
+            inv_n = (1.0 / self.sizes[sel])[:, None, None]
+            lr = self.lr[sel, None, None]
             rho3 = rho[:, None, None]
             for _ in range(s.local_epochs):
                 g = inv_n * (-2.0 * (C @ W) + Y + rho3 * (W - Z))
@@ -204,15 +245,9 @@ class FedPGCohort:
                     WtG = 0.5 * (WtG + np.swapaxes(WtG, 1, 2))
                 rg = g - W @ WtG
                 W = retract_qr(W, -lr * rg)
-        self.W[idx], self.Y[idx] = W, Y
-        # The reconstruction error of the consensus received (the global model, an
-        # orthonormal basis of span(Z)), not of the local bases: the stopping test
-        # watches the objective of the model that scores. With the relative penalty
-        # the local W_i keep closing on Z for long after the consensus has settled
-        # (measured: NSL-KDD rich, rank 9, the consensus objective still within 1e-5
-        # of the energy per round from round ~45, the local fits' sum not by 200).
-        Q = np.linalg.qr(np.asarray(Z, dtype=float))[0]
-        fit = self.trX[idx] - np.einsum("ij,dij->d", Q, C @ Q)
+            fit = self.trX[sel] - np.einsum("ij,dij->d", Q, C @ Q)
+            grad_scale = np.linalg.norm(C @ W, axis=(-2, -1))
+        self.W[sel], self.Y[sel] = W, Y
         metrics = {
             "fit": fit,
             "projection": fit,
@@ -222,7 +257,7 @@ class FedPGCohort:
             "data_residual": np.zeros(idx.size),
             "manpg_iter": np.full(idx.size, float(s.local_epochs)),
             "ssn_iter": np.zeros(idx.size),
-            "x_norm2": self.trX[idx],
-            "grad_scale": np.linalg.norm(C @ W, axis=(-2, -1)),
+            "x_norm2": self.trX[sel].copy(),
+            "grad_scale": grad_scale,
         }
-        return RoundReport(W=W.copy(), Pi=Y.copy(), nu=self.weights[idx].copy(), metrics=metrics)
+        return RoundReport(W=W.copy(), Pi=Y.copy(), nu=self.weights[sel].copy(), metrics=metrics)

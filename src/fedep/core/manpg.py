@@ -151,8 +151,10 @@ def manpg_w_step(
     retraction : {"polar", "qr"}, default="polar"
     kernel : {"auto", "numba", "numpy"}, default="auto"
         ``"numba"`` runs the compiled per-client loop of :mod:`fedep.core._kernels`,
-        ``"numpy"`` this batched reference; ``"auto"`` prefers numba when installed.
-        Both take the same steps (they agree to rounding).
+        ``"numpy"`` this batched reference; ``"auto"`` the compiled loop when numba's
+        cache holds it, else this reference while it compiles in the background
+        (:mod:`fedep.core._kernels._dispatch`). Both take the same steps (they agree to
+        rounding).
 
     Returns
     -------

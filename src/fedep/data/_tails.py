@@ -16,12 +16,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedep.core._kernels._dispatch import compile_in_background, ready, requested_mode
+
 try:
     import numba
 except ImportError:  # pragma: no cover - numba is a declared dependency
     numba = None
 
-__all__ = ["HAVE_KERNEL", "digits", "top_k", "top_k_reference", "write_lines"]
+__all__ = [
+    "HAVE_KERNEL",
+    "compiled",
+    "digits",
+    "top_k",
+    "top_k_reference",
+    "write_lines",
+]
 
 HAVE_KERNEL = numba is not None
 
@@ -238,6 +247,22 @@ _put_g = _njit(_put_g) if numba is not None else _put_g
 _write_kernel = _njit(_write_lines_impl)
 
 
+def compiled(kernel) -> bool:
+    """Whether to call the compiled ``kernel`` (the solvers' rule, ``FEDEP_KERNELS``):
+    with ``auto``, only when that costs no compilation; otherwise the reference runs and
+    a background ``fedep warmup`` (which also compiles this module's kernels) is started
+    (:mod:`fedep.core._kernels._dispatch`)."""
+    if kernel is None:
+        return False
+    mode = requested_mode("auto")
+    if mode == "numpy":
+        return False
+    if mode == "numba" or ready(kernel):
+        return True
+    compile_in_background(kernel)
+    return False
+
+
 def top_k(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Column indices and values of each row's ``k`` largest entries, largest first;
     equal entries: the lower column first.
@@ -255,11 +280,12 @@ def top_k(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ``contrib[i, idx[i]]``.
 
     Compiled (one pass per row, about 20 times faster than sorting); NaN or infinite
-    entries, or no numba: :func:`top_k_reference`, the definition.
+    entries, no numba or a kernel not compiled yet (:func:`compiled`):
+    :func:`top_k_reference`, the definition.
     """
     C = np.ascontiguousarray(contrib, dtype=np.float64)
     k = min(int(k), C.shape[1])
-    if _top_k_kernel is None or not np.isfinite(C).all():
+    if not compiled(_top_k_kernel) or not np.isfinite(C).all():
         return top_k_reference(C, k)
     idx = np.empty((C.shape[0], k), dtype=np.int64)
     vals = np.empty((C.shape[0], k), dtype=np.float64)

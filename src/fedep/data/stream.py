@@ -589,15 +589,16 @@ class ScoreTailFormatter:
     def block_output(self, block: CsvBlock, scores, flags, probs, idx=None, vals=None) -> bytes:
         """``block.with_tails(self(scores, flags, probs, idx, vals))``, written by compiled code
         (:mod:`fedep.data._tails`: the same bytes, several times faster); the per-row
-        formatting remains for non-finite values or without numba."""
-        from fedep.data._tails import HAVE_KERNEL, write_lines  # start-up time: loads numba
+        formatting remains for non-finite values, without numba, and while the writer is
+        not compiled yet (:func:`fedep.data._tails.compiled`)."""
+        from fedep.data import _tails  # start-up time: loads numba
 
         out = None
-        if HAVE_KERNEL:
+        if _tails.compiled(_tails._write_kernel):
             if self._name_bytes is None:
                 self._name_bytes = [str(n).encode() for n in self.names.tolist()]
             buf = np.frombuffer(block.buf, np.uint8)
-            out = write_lines(
+            out = _tails.write_lines(
                 buf, block.starts, block.ends, scores, flags, probs,
                 None if self.k == 0 else idx[:, : self.k],
                 None if self.k == 0 else vals[:, : self.k],

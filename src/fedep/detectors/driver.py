@@ -127,6 +127,9 @@ class WarmStart:
         The model's ``lineage_`` (the new model's parent).
     parent_sha256 : str or None
         The integrity digest of the model's file, when it was loaded from one.
+    history : list of dict or None
+        The model's ``history_``: its last rounds seed the refit's stopping window
+        (:func:`fedep.federation.rounds.carried_rounds`).
     """
 
     std: Standardization
@@ -136,6 +139,7 @@ class WarmStart:
     features: object = None
     parent: dict | None = None
     parent_sha256: str | None = None
+    history: list | None = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:
@@ -258,7 +262,7 @@ def fit_gateways(
             V0 = warm.V
         V, client_bases, res = est._fit_kept(
             gateways, kept_std, V0, rng, on_round=on_round, warn=warn,
-            start=None if warm is None else warm.states,
+            start=warm,
         )  # fmt: skip
         return V, (client_bases, res, kept_std, gateways.client_states())
 

@@ -25,7 +25,7 @@ from fedep.detectors.base import (
     BaseFederatedDetector,
 )
 from fedep.federation.gateways import GatewaySetup
-from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, run_rounds
+from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS, carried_rounds, run_rounds
 
 
 class _FederatedMixin:
@@ -45,8 +45,9 @@ class _FederatedMixin:
         """The core's client side for ``blocks`` (list of (N_i, n)), started at ``V0``."""
         return make_cohort(self.cohort_spec(), blocks, V0)
 
-    def _run_rounds(self, clients, V0, rng, on_round=None):
-        """The one round loop with these parameters, over in-process or remote clients."""
+    def _run_rounds(self, clients, V0, rng, on_round=None, carried=None):
+        """The one round loop with these parameters, over in-process or remote clients
+        (``carried``: a warm start's seed of the stopping window, see ``run_rounds``)."""
         return run_rounds(
             clients,
             self.server_step,
@@ -58,6 +59,7 @@ class _FederatedMixin:
             on_round=on_round,
             aggregation=self.aggregation,
             remerge=self._remerges(),
+            carried=carried,
         )
 
     def _remerges(self) -> bool:
@@ -70,12 +72,16 @@ class _FederatedMixin:
         Every gateway takes the standardisation ``std`` and these parameters (and
         replies its one-shot sketch unless the fit is warm, ``V0`` given, or
         ``init="random"``); the round loop then runs from ``V0``, the merge of the
-        sketches or a random basis. ``start`` (a warm start from a model: label ->
-        carried state) starts each gateway at its own state, from the model's
-        consensus; re-merges run as usual and are the warm start's drift test: while
-        the merge of the new cleaned records is within ``sqrt(tol)`` of the carried
-        consensus (the same data) nothing restarts and the carried state goes on;
-        farther (the data moved), the ADMM restarts at the merge, as a cold fit's does.
+        sketches or a random basis. ``start`` (a warm start from a model,
+        :class:`~fedep.detectors.driver.WarmStart`) starts each gateway at its own
+        carried state, from the model's consensus, and the model's rounds
+        (``start.history``) seed the stopping test's window
+        (:func:`fedep.federation.rounds.carried_rounds`):
+        the refit continues the model's fit. Re-merges are the warm start's drift test,
+        at its second round: when its first change and residuals already meet the
+        stopping test's bounds (the data did not move) nothing is merged and the carried
+        state goes on; otherwise (the data moved) the ADMM restarts at the merge of the
+        new cleaned records, as a cold fit's does.
         """
         r = self._rank()
         sketch_rank = r if V0 is None and self.init == "oneshot" else 0
@@ -90,11 +96,14 @@ class _FederatedMixin:
         if start is None:
             sketches = gateways.setup(std, setup)
         else:
-            sketches = gateways.setup(std, setup, start)
+            sketches = gateways.setup(std, setup, start.states)
         if V0 is None:
             n = std.mean.shape[0]
             V0 = oneshot_merge(sketches, r) if sketch_rank else random_stiefel(n, r, rng)
-        res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round)
+        carried = None
+        if start is not None:
+            carried = carried_rounds(start.history, self.server_step, self.aggregation)
+        res = self._run_rounds(gateways.round_clients(V0), V0, rng, on_round, carried)
         self.set_federation_result(res, warn=warn)
         return polar(res.V), gateways.client_bases(), res
 
@@ -210,9 +219,12 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         from its own personalised state (``W_i``, its consensus dual and SSN
         multiplier: ``client_components_``, ``client_duals_``,
         ``client_multipliers_``), a new gateway from the consensus, with no one-shot
-        sketch; ``S_i`` settles on the new records by local data steps first. With
-        ``remerge``, a first re-merge farther than ``sqrt(tol)`` from the carried
-        consensus (the data moved) restarts the ADMM there, as in a cold fit. ``lineage_``
+        sketch; ``S_i`` settles on the new records by local data steps first. The
+        refit continues the model's fit: the stopping test's window starts with the
+        model's last rounds (``history_``), so a refit whose first change and residuals
+        meet ``tol`` stops at its second round. With ``remerge``, a refit that does not
+        (the data moved) restarts the ADMM at the merge of the new cleaned records, as
+        a cold fit's re-merges do (docs/lineage.md). ``lineage_``
         names the model refitted as the parent. Refused (one line) for new records of
         other features or an integer ``n_components`` other than the model's rank.
         ``fedep fit --warm-start MODEL`` is this with the model file.

@@ -20,6 +20,7 @@ driver sees it (the mechanism, its clipping rules and its accounting are
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -159,8 +160,12 @@ class PrivateGateways(LocalGateways):
     def gram(self, std: Standardization):
         raise ValueError("differential privacy: the Gram matrices are not released")
 
-    def setup(self, std: Standardization, setup: GatewaySetup) -> list[np.ndarray] | None:
-        self._std, self._spec, self._cohort = std, setup.spec, None
+    def setup(
+        self, std: Standardization, setup: GatewaySetup, start: dict | None = None
+    ) -> list[np.ndarray] | None:
+        # a warm start's carried states stay at their gateways (each starts its local
+        # rounds there); only the noised proposals leave them
+        super().setup(std, replace(setup, sketch_rank=0), start)
         if not setup.sketch_rank:
             return None
         n = std.mean.shape[0]

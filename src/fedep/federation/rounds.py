@@ -39,6 +39,8 @@ __all__ = [
     "consensus_change",
     "lagrangian_change",
     "remerge_change",
+    "carried_rounds",
+    "stop_measure",
 ]
 
 #: What stopped a federation (one name per concept, as in the result, the estimator's
@@ -183,8 +185,20 @@ STOP_MEASURES = {
 }
 
 
+def _steps(records: list[dict], key: str) -> np.ndarray:
+    """``|L_k - L_{k-1}|`` between consecutive records of one fit, relative to its data
+    energy (that of its last record)."""
+    if len(records) < 2:
+        return np.zeros(0)
+    L = np.array([h[key] for h in records], dtype=float)
+    return np.abs(np.diff(L)) / max(float(records[-1]["data_energy"]), 1e-300)
+
+
 def lagrangian_change(
-    history: list[dict], window: int = STOP_WINDOW, key: str = "augmented_lagrangian"
+    history: list[dict],
+    window: int = STOP_WINDOW,
+    key: str = "augmented_lagrangian",
+    carried: list[dict] = (),
 ) -> float | None:
     """Largest change of the augmented Lagrangian (or of the record field ``key``) per
     round over the last ``window`` rounds, relative to the clients' data energy
@@ -198,11 +212,22 @@ def lagrangian_change(
     Lagrangian itself, the test would ask for more digits the better the model fits
     (a near low-rank federation leaves a small ``L``, whose every slow step then looks
     large), and ``L``, which holds the dual terms, can be near zero or negative.
+
+    ``carried`` (a warm start): the last rounds of the fit it continues
+    (:func:`carried_rounds`). The window is the last ``window`` changes of the chain,
+    the carried fit's changes (relative to its data energy) then this fit's; the step
+    from the last carried round to the first new one (two data sets) is no change of
+    either fit and is not counted. None until this fit has made one change of its own
+    and the chain holds ``window`` changes: a cold fit (nothing carried) needs
+    ``window + 1`` rounds, a warm start from a stationary fit 2.
     """
-    if len(history) <= window:
+    new = _steps(history[-(window + 1) :], key)
+    if not new.size:
         return None
-    L = np.array([h[key] for h in history[-window - 1 :]])
-    return float(np.max(np.abs(np.diff(L))) / max(history[-1]["data_energy"], 1e-300))
+    chain = np.concatenate([_steps(list(carried)[-(window + 1) :], key), new])[-window:]
+    if chain.size < window:
+        return None
+    return float(np.max(chain))
 
 
 def remerge_change(M: np.ndarray, V: np.ndarray) -> float:
@@ -227,14 +252,73 @@ def remerge_change(M: np.ndarray, V: np.ndarray) -> float:
     return float(projector_distance(polar(M), polar(V)) / np.sqrt(M.shape[1]))
 
 
-def consensus_change(history: list[dict], window: int = STOP_WINDOW) -> float | None:
+def consensus_change(
+    history: list[dict], window: int = STOP_WINDOW, carried: list[dict] = ()
+) -> float | None:
     """Largest move of the consensus per round, ``||V^k - V^{k-1}||_F / sqrt(r)`` (the
     records' ``v_change``), over the last ``window`` rounds (None before ``window``
     rounds): the robust rules' stationarity measure, computed by the server on what it
-    aggregated, so that no client's reported metrics can end (or hold) the run."""
-    if len(history) < window:
+    aggregated, so that no client's reported metrics can end (or hold) the run.
+
+    ``carried`` (a warm start): the last rounds of the fit it continues; the window is
+    the last ``window`` moves of the chain (this fit's first move is from the carried
+    consensus, a move of the same ``V``, so it counts), with at least one of this fit.
+    """
+    moves = [h["v_change"] for h in list(carried) + list(history)][-window:]
+    if not history or len(moves) < window:
         return None
-    return float(max(h["v_change"] for h in history[-window:]))
+    return float(max(moves))
+
+
+#: The record fields each stopping measure reads, per measure (what a carried round
+#: must hold to seed a warm start's window: :func:`carried_rounds`).
+_MEASURE_KEYS = {
+    "lagrangian_change": ("augmented_lagrangian", "data_energy"),
+    "objective_change": ("objective", "data_energy"),
+    "consensus_change": ("v_change",),
+}
+
+
+def stop_measure(method: str, aggregation: str = "mean") -> str:
+    """The record field that :func:`converged` compares with ``tol`` for stationarity."""
+    if aggregation != "mean":
+        return "consensus_change"
+    return "objective_change" if method == "fedpg" else "lagrangian_change"
+
+
+def carried_rounds(
+    history, method: str, aggregation: str = "mean", window: int = STOP_WINDOW
+) -> list[dict]:
+    """The rounds of a previous fit that seed a warm start's stopping window.
+
+    Parameters
+    ----------
+    history : list of dict or None
+        The previous model's ``history_`` (one record per round).
+    method, aggregation : str
+        The refit's (they pick the stopping measure, :func:`stop_measure`).
+    window : int
+
+    Returns
+    -------
+    list of dict
+        Its last ``window + 1`` records holding the measure's fields (only those
+        fields), taken from the end while every record is one that the stopping test
+        read (it holds the measure: every client took part) and the measure's fields
+        are finite numbers; empty when there is none (then the window is this fit's own,
+        as a cold fit's).
+    """
+    measure = stop_measure(method, aggregation)
+    keys = _MEASURE_KEYS[measure]
+    out: list[dict] = []
+    for h in reversed(list(history or [])[-(window + 1) :]):
+        if not isinstance(h, dict) or measure not in h:
+            break
+        vals = [h.get(k) for k in keys]
+        if not all(_number(v) and np.isfinite(v) for v in vals):
+            break
+        out.append(dict(zip(keys, map(float, vals), strict=True)))
+    return out[::-1]
 
 
 def converged(record: dict, tol: float, method: str) -> bool:
@@ -249,7 +333,10 @@ def converged(record: dict, tol: float, method: str) -> bool:
       paper (sufficient decrease, ``L^k - L^{k+1} >= c ||change of the iterates||^2``)
       makes a vanishing change of ``L`` the
       certificate that the iterates settle; the window keeps one quiet round of an
-      oscillating (not yet monotone) run from ending it;
+      oscillating (not yet monotone) run from ending it. The window holds the rounds
+      of the model's fit, and a warm start continues the fit of the model it starts
+      from: its window starts with that fit's last rounds (``carried``), and fills
+      with its own (the same test; a cold fit carries none);
     - feasibility: the relative consensus and data residuals (primal residuals of
       ``W_i = V`` and ``X_i - S_i - U_i = 0``) at most ``sqrt(tol)``: the precision
       of the iterates that a change ``tol`` of ``L`` stands for.
@@ -306,6 +393,7 @@ def run_rounds(
     on_round: Callable[[int, np.ndarray, dict], None] | None = None,
     aggregation: str = "mean",
     remerge: bool = False,
+    carried: list[dict] | None = None,
 ) -> FederationResult:
     """Run rounds until convergence, the round cap, or too few clients.
 
@@ -344,6 +432,16 @@ def run_rounds(
         their ``S_i`` kept); sketches are asked for in the first :data:`STOP_WINDOW`
         rounds at most; then the ADMM goes on as usual. The records of the rounds that
         merged say ``remerge_change`` and whether the merge was taken, ``remerged``.
+        A warm start (``carried`` given) asks for sketches from its second round on,
+        and that round is its drift test: when its first change and its residuals
+        already meet the stopping test's bounds (the carried state is stationary on the
+        new records: the data did not move), nothing is merged; otherwise the merges
+        run as above, the first compared with ``V0``. A round whose merge is taken
+        never stops the run.
+    carried : list of dict, optional
+        A warm start: the last rounds of the fit it continues (:func:`carried_rounds`;
+        may be empty), which seed the stopping test's window (:func:`lagrangian_change`,
+        :func:`consensus_change`). None: a cold start.
 
     Returns
     -------
@@ -354,15 +452,20 @@ def run_rounds(
     result = FederationResult(V=V)
     d = cohort.d
     k = max(1, int(round(client_fraction * d)))
+    warm = carried is not None
+    seed = list(carried or [])
     # Re-merges need every client's sketch and the plain V-step (a robust server step
     # would be bypassed by a plain merge of sketches).
     remerging = bool(remerge) and method == "fedep" and k >= d and aggregation == "mean"
+    # A warm start's first round has no change of its own to judge: its drift test is
+    # at its second round (see `remerge`).
+    first_merge = 2 if warm else 1
     merged, restart, last, peak, contracted = V, False, 0.0, 0.0, False
     r = V.shape[1]
     for rnd in range(1, n_rounds + 1):
         t0 = time.perf_counter()
         clients = None if k >= d else np.sort(rng.choice(d, size=k, replace=False))
-        ask = remerging and rnd <= STOP_WINDOW  # sketches wanted this round
+        ask = remerging and first_merge <= rnd <= STOP_WINDOW  # sketches wanted this round
         kw = {"restart": restart, "sketch_rank": r if ask else 0} if ask or restart else {}
         try:
             rep = cohort.local_round(V, clients, **kw)
@@ -371,40 +474,62 @@ def run_rounds(
             break
         V_new, rec = server_round(method, rep, V, aggregation)
         restart = False
+        rec["round"] = rnd
+        rec.update(rep.info)
+        result.history.append(rec)
+        if k >= d:  # comparable only over the same clients
+            if aggregation != "mean":
+                rec["consensus_change"] = consensus_change(result.history, carried=seed)
+            elif method == "fedpg":
+                rec["objective_change"] = lagrangian_change(
+                    result.history, key="objective", carried=seed
+                )
+            else:
+                rec["lagrangian_change"] = lagrangian_change(result.history, carried=seed)
         if ask:
             M = oneshot_merge(list(rep.sketch), r)
             change = remerge_change(M, merged)
-            # Merges move little at first, more as S forms, then contract towards their
-            # fixed point. Once they have contracted (a step under half the longest), a
-            # step longer than the last says they are at their accuracy floor (rank-r
-            # sketches of unlike clients are not the exact consensus): the ADMM takes
-            # over from the last merge. Steady steps (no contraction yet) go on.
-            peak = max(peak, change)
-            contracted = contracted or change < 0.5 * peak
-            restart = bool(change > np.sqrt(tol) and not (contracted and change >= last))
-            last = change
+            if warm and rnd == first_merge and _stationary_start(result.history, tol):
+                # the drift test: the carried state is stationary on the new records
+                # (the data did not move), so nothing restarts
+                remerging, restart = False, False
+            else:
+                # Merges move little at first, more as S forms, then contract towards
+                # their fixed point. Once they have contracted (a step under half the
+                # longest), a step longer than the last says they are at their accuracy
+                # floor (rank-r sketches of unlike clients are not the exact
+                # consensus): the ADMM takes over from the last merge. Steady steps (no
+                # contraction yet) go on.
+                peak = max(peak, change)
+                contracted = contracted or change < 0.5 * peak
+                restart = bool(change > np.sqrt(tol) and not (contracted and change >= last))
+                last = change
             rec["remerge_change"], rec["remerged"] = change, restart
             if restart:
                 V_new, merged = M, M  # the clients restart there next round
             else:
                 remerging = False  # the ADMM from here on
-        rec["round"] = rnd
-        rec.update(rep.info)
         rec["time_s"] = time.perf_counter() - t0
         V = V_new
-        result.history.append(rec)
-        if k >= d:  # comparable only over the same clients
-            if aggregation != "mean":
-                rec["consensus_change"] = consensus_change(result.history)
-            elif method == "fedpg":
-                rec["objective_change"] = lagrangian_change(result.history, key="objective")
-            else:
-                rec["lagrangian_change"] = lagrangian_change(result.history)
         if on_round is not None:
             on_round(rnd, V, rec)
-        if tol > 0 and k >= d and converged(rec, tol, method):
+        if tol > 0 and k >= d and not restart and converged(rec, tol, method):
             result.stop_reason = TOL_REASONS[method]
             break
     result.V = V
     result.n_rounds = len(result.history)
     return result
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _stationary_start(history: list[dict], tol: float) -> bool:
+    """A warm start's drift test at its second round: its first change of the augmented
+    Lagrangian (relative to the data energy) at most ``tol`` and its residuals at most
+    ``sqrt(tol)`` (:func:`converged`'s conditions on this fit's own rounds alone)."""
+    first = _steps(history[:2], "augmented_lagrangian")
+    last = history[-1]
+    primal = max(last["consensus_residual_rel"], last["data_residual_rel"])
+    return bool(first.size and first[0] <= tol and primal <= np.sqrt(tol))

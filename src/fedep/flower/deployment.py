@@ -45,6 +45,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedep._procs import signal_group
 from fedep.federation.rounds import FederationResult
 
 __all__ = [
@@ -402,10 +403,7 @@ class LocalDeployment:
         p = self.procs.get(name)
         if p is None or p.poll() is not None:
             return
-        try:
-            os.killpg(p.pid, sig)  # the group this process leads (start_new_session)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(p.pid, sig)  # the group this process leads (start_new_session)
 
     def running(self) -> list[int]:
         """PIDs of the processes of this deployment still alive (started or descended)."""
@@ -430,10 +428,7 @@ class LocalDeployment:
                 break
             time.sleep(0.05)
         for p in self.procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # stragglers of the group
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(p.pid, signal.SIGKILL)  # stragglers of the group
         for _ in range(3):  # processes may have been forked while the others stopped
             pids = _scan_marked(self.marker)
             if not pids:
@@ -540,7 +535,9 @@ def gateway_node_configs(
     out : Path
         Output folder; gateway ``i`` writes its model to ``out / "gateway-<i>.fedep"``.
     files : list of Path, optional
-        One file per gateway (``data-path``); gateway ``i`` is labelled ``"i"``.
+        One file per gateway (``data-path``), labelled by its gateway id (the file name
+        without suffixes, :func:`fedep.data.readers.gateway_id`) as ``fedep fit`` and a
+        ``--role gateway`` label it, so that a warm start matches its gateways.
     dataset : str, optional
         An official dataset, split into ``gateways`` partitions (``partition-id``,
         ``num-partitions``), read from ``data_dir`` as ``feature_set``, cut to
@@ -560,7 +557,7 @@ def gateway_node_configs(
     n = len(files) if files is not None else int(gateways or 0)
     for i in range(n):
         if files is not None:
-            cfg = {"data-path": str(files[i]), "client-label": str(i), **extra}
+            cfg = {"data-path": str(files[i]), **extra}
         else:
             cfg = {
                 "partition-id": i,

@@ -123,6 +123,9 @@ class Watcher:
         ``log(line)``: one line for the operator (default: ``fedep watch: line`` on stderr).
     clock : callable, optional
         Wall-clock seconds (default :func:`time.time`).
+    load_model : callable, optional
+        ``load_model(path) -> detector`` for the model file and its replacements
+        (default: verified with ``cfg.verify_key`` when one is given).
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class Watcher:
         *,
         log: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
+        load_model: Callable[[Path], object] | None = None,
     ) -> None:
         if cfg.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, not {cfg.on_error!r}")
@@ -144,7 +148,7 @@ class Watcher:
         saved = self.positions.load()
         self._saved_threshold = saved.get("threshold")
         self._saved_digest = saved.get("digest")
-        self.slot = ModelSlot(cfg.model, cfg.verify_key, self._make_factory)
+        self.slot = ModelSlot(cfg.model, cfg.verify_key, self._make_factory, load=load_model)
         self.follower = Follower(
             cfg.targets,
             pattern=cfg.pattern,

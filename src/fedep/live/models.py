@@ -1,10 +1,12 @@
 """The model a watcher scores with, and its hot swap.
 
-:class:`ModelSlot` loads the model file (signature verified when a key is given) and
-builds its :class:`fedep.alerts.AlertFactory`; :meth:`ModelSlot.check` notices when the
-file was replaced (its inode, size or modification time changed), loads the new one and
-keeps it only if it loads, verifies and reads columns the followed logs have. A refused
-model leaves the running one in place; the reason is returned for the operator, once per
+:class:`ModelSlot` loads the model file (with the loader it is given: ``fedep watch``
+passes the one every command uses, which verifies the signature and announces an
+unsigned model; by default, verified when a key is given) and builds its
+:class:`fedep.alerts.AlertFactory`; :meth:`ModelSlot.check` notices when the file was
+replaced (its inode, size or modification time changed), loads the new one and keeps it
+only if it loads, verifies and reads columns the followed logs have. A refused model
+leaves the running one in place; the reason is returned for the operator, once per
 version of the file.
 """
 
@@ -46,9 +48,13 @@ class ModelSlot:
     path : str or Path
         The model file (from ``fedep fit``).
     verify_key : str, optional
-        As ``--verify-key``: refuse an unsigned or altered model.
+        As ``--verify-key``: refuse an unsigned or altered model (used by the default
+        loader only).
     make_factory : callable
         ``make_factory(det, model_id, model_digest) -> AlertFactory``.
+    load : callable, optional
+        ``load(path) -> detector``, raising ``ModelFileError`` (one line) when the file
+        is refused; it loads the first model and every replacement.
     """
 
     def __init__(
@@ -56,9 +62,13 @@ class ModelSlot:
         path: str | os.PathLike,
         verify_key: str | None,
         make_factory: Callable[[object, str, str], AlertFactory],
+        load: Callable[[Path], object] | None = None,
     ) -> None:
         self.path = Path(path)
-        self.key = parse_key(verify_key)
+        key = parse_key(verify_key)
+        self.load = load or (
+            lambda p: load_model(p, verify_key=key, require_signature=key is not None)
+        )
         self.make_factory = make_factory
         self._seen = _signature(self.path)
         self.factory = self._load()
@@ -67,7 +77,7 @@ class ModelSlot:
     def _load(self) -> AlertFactory:
         """Load the file as it is now (errors: ModelFileError / DataError / ValueError)."""
         before = os.stat(self.path)
-        det = load_model(self.path, verify_key=self.key, require_signature=self.key is not None)
+        det = self.load(self.path)
         after = _signature(self.path)
         if after is not None and after[:2] != (before.st_dev, before.st_ino):
             raise ModelFileError(f"model file {self.path}: replaced while it was read")

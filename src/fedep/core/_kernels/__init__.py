@@ -7,11 +7,15 @@
 - :mod:`~fedep.core._kernels.fedpg`: FedPG's local epochs.
 
 The solvers ask :func:`pick` for a compiled function by name; ``None`` selects the
-NumPy path.
+NumPy path. With ``"auto"`` a kernel whose machine code is not yet in numba's cache
+runs on NumPy while a background process compiles it
+(:mod:`~fedep.core._kernels._dispatch`).
 """
 
 from __future__ import annotations
 
+from fedep.core._kernels import _dispatch
+from fedep.core._kernels._dispatch import requested_mode
 from fedep.core._kernels._jit import HAVE_NUMBA, numba
 from fedep.core._kernels.data import dual_step, fused_data_step, gram_terms
 from fedep.core._kernels.fedpg import fedpg_clients
@@ -36,6 +40,7 @@ __all__ = [
     "manpg_clients",
     "numba",
     "pick",
+    "requested_mode",
     "vech_maps",
 ]
 
@@ -52,15 +57,20 @@ def pick(kernel: str, name: str):
     """The compiled function ``name``, or None for the NumPy path.
 
     ``kernel`` is a settings value: ``"numpy"`` (always None), ``"numba"`` (the
-    compiled function; ImportError without numba) or ``"auto"`` (compiled when numba
-    is installed).
+    compiled function, compiled now if numba's cache lacks it; ImportError without
+    numba) or ``"auto"``: ``FEDEP_KERNELS`` when set, else the compiled function when
+    that costs no compilation (:func:`~fedep.core._kernels._dispatch.ready`), else None
+    and a background compile is started (once per process).
     """
-    if kernel not in ("auto", "numba", "numpy"):
-        raise ValueError(f"kernel must be 'auto', 'numba' or 'numpy', got {kernel!r}")
-    if kernel == "numpy":
+    mode = _dispatch.requested_mode(kernel)
+    if mode == "numpy":
         return None
     if not HAVE_NUMBA:
-        if kernel == "numba":
+        if mode == "numba":
             raise ImportError("kernel='numba' needs numba: pip install numba")
         return None
-    return _PUBLIC[name]
+    fn = _PUBLIC[name]
+    if mode == "numba" or _dispatch.ready(fn):
+        return fn
+    _dispatch.compile_in_background(fn)
+    return None
