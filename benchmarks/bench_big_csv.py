@@ -12,10 +12,15 @@ process, alternating ``--repeats`` times:
 - ``fedep_pca``: ``fedep fit --method pca --n-components 10``;
 - ``fedep``: ``fedep fit --n-components 10`` (FedEP, one gateway, default rounds).
 
-Each run: wall ``seconds``, ``cpu_seconds`` and the child's peak RSS (``ru_maxrss``
-from ``wait4``) beside the float matrix's size; ratios are medians over the
-reference's median. The kernels are compiled first (``fedep warmup``) so that no run
-pays the compilation. The 1-minute load average before and after.
+Each run: wall ``seconds``, ``cpu_seconds`` (user + system of the child, all its
+threads, from ``wait4``) and the child's peak RSS (its own ``VmHWM``: Linux carries
+``ru_maxrss`` over fork and exec, i.e. this process's size at the fork) beside the
+float matrix's size, and the 1-minute load average when it started; ratios are
+medians over the reference's median. The kernels are compiled first (``fedep
+warmup``) so that no run pays the compilation. The machine is shared: on a busy one the
+wall times say little and the CPU seconds are the steadier figure (fedep's thread rule
+gives the read and the column summaries one thread when the cores are busy, pandas'
+parallel reader always takes them all).
 """
 
 from __future__ import annotations
@@ -40,6 +45,20 @@ import pandas as pd
 from sklearn.decomposition import PCA
 PCA(10).fit(pd.read_csv(sys.argv[1]).to_numpy(dtype=float))
 """
+# Runs the reference (``ref FILE``) or ``fedep ARGS...`` and reports its own peak.
+CHILD = """
+import json, runpy, sys
+what, sys.argv = sys.argv[1], sys.argv[1:]
+try:
+    if what == "ref":
+        exec(compile(REFERENCE, "<reference>", "exec"), {"__name__": "__main__"})
+    else:
+        runpy.run_module("fedep", run_name="__main__")
+except SystemExit as e:
+    assert not e.code, e.code
+hwm = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
+print("BENCH " + json.dumps({"vmhwm_kb": int(hwm[0]) if hwm else None}), file=sys.stderr)
+"""
 
 
 def write_csv(path: Path, rows: int, features: int, seed: int) -> None:
@@ -54,6 +73,7 @@ def write_csv(path: Path, rows: int, features: int, seed: int) -> None:
 
 
 def run(cmd: list[str], env: dict[str, str]) -> dict:
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -63,10 +83,13 @@ def run(cmd: list[str], env: dict[str, str]) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    own = [json.loads(ln[6:]) for ln in err.splitlines() if ln.startswith("BENCH ")]
+    hwm = own[-1]["vmhwm_kb"] if own and own[-1]["vmhwm_kb"] else usage.ru_maxrss
     return {
         "seconds": seconds,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "peak_rss_mb": hwm / 1024,
+        "load_1min_at_start": load,
     }
 
 
@@ -77,6 +100,7 @@ def main() -> None:
     ap.add_argument("--features", type=int, default=34)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--csv", type=Path, help="reuse this generated CSV (else a temporary one)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="fedep-big-"))
@@ -84,13 +108,15 @@ def main() -> None:
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     py = [sys.executable]
     try:
-        csv = work / "big.csv"
-        write_csv(csv, args.rows, args.features, args.seed)
-        run(py + ["-m", "fedep", "warmup", "--quiet"], env)
-        fit = py + ["-m", "fedep", "fit", "--train", str(csv), "--n-components", "10"]
+        csv = args.csv or work / "big.csv"
+        if not csv.exists():
+            write_csv(csv, args.rows, args.features, args.seed)
+        child = py + ["-c", f"REFERENCE = {REFERENCE!r}\n{CHILD}"]
+        run(child + ["fedep", "warmup", "--quiet"], env)
+        fit = child + ["fedep", "fit", "--train", str(csv), "--n-components", "10"]
         fit += ["--out", str(work / "m.fedep"), "--quiet"]
         cmds = {
-            "reference": py + ["-c", REFERENCE, str(csv)],
+            "reference": child + ["ref", str(csv)],
             "fedep_pca": fit + ["--method", "pca"],
             "fedep": fit,
         }

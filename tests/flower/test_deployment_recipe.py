@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shlex
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -32,6 +32,9 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
 from fedep._procs import stop_group  # noqa: E402
 from fedep.cli import main  # noqa: E402
+from fedep.core.stiefel import projector_distance  # noqa: E402
+from fedep.federation.rounds import FederationResult  # noqa: E402
+from fedep.flower import run_local  # noqa: E402
 from fedep.flower.deployment import free_port  # noqa: E402
 from fedep.flower.roles import check_insecure, exit_reason, is_loopback  # noqa: E402
 from fedep.flower.tls import write_node_key, write_server_files  # noqa: E402
@@ -117,15 +120,20 @@ def _recipe(port: int) -> list[str]:
     ]
 
 
-def _wait_port(port: int, server: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_ready(server: subprocess.Popen, timeout: float = 180) -> str:
+    """The server role's stderr up to its ``server ready`` line (its keys registered:
+    a gateway started earlier could be refused)."""
+    deadline, seen = time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
-        assert server.poll() is None, server.communicate()[1][-2000:]
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"no SuperLink on port {port} after {timeout} s")
+        ready, _, _ = select.select([server.stderr], [], [], 1.0)
+        if ready:
+            line = server.stderr.readline()
+            seen += line
+            if "server ready" in line:
+                return seen
+            if not line:  # the server exited
+                break
+    raise AssertionError(f"the server never said it was ready: {seen[-2000:]}")
 
 
 def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
@@ -156,7 +164,7 @@ def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
     try:
         server = _start(lines[3], tmp_path)
         started.append(server)
-        _wait_port(port, server)
+        _wait_ready(server)
         # beside the two gateways, one whose key was not registered: the SuperLink
         # refuses its SuperNode, and the command says so
         rogue = lines[4].replace("site-a.key", "rogue.key").replace("runs/site-a", "runs/rogue")
@@ -248,3 +256,59 @@ def test_loopback_and_refusal_rules():
         "Exit Code: 305 Failed to initialize the connection. "
         "[code: 2004] Failed to activate SuperNode."
     ]
+
+
+@pytest.mark.slow  # a SuperLink, three SuperNodes and their executors, SecAgg+ rounds
+def test_the_server_role_runs_secagg_with_tls_and_authenticated_gateways(tmp_path):
+    # --role server --secure-aggregation, TLS and three authenticated gateways: the fit
+    # equals the plain run's (the same gateways' files, in-process Flower grid) within
+    # SecAgg+'s quantisation, and every reply the ServerApp received held masked
+    # vectors and exponents only (its log names each exchange's array records)
+    port = free_port()
+    write_server_files(tmp_path / "certs", ["localhost"])
+    sites = ["site-a", "site-b", "site-c"]
+    for i, site in enumerate(sites):
+        _csv(tmp_path / f"{site}.csv", seed=i, rows=120)
+        write_node_key(tmp_path / f"{site}.key")
+    fit = "--features numeric --n-components 2 --n-rounds 3 --tol 0 --random-state 5"
+    keys = " ".join(f"{s}.key.pub" for s in sites)
+    server_line = (
+        f"fedep federate --role server --superlink 127.0.0.1:{port} --certs certs "
+        f"--gateways 3 --gateway-keys {keys} {fit} --secure-aggregation --out runs/server"
+    )
+    started = []
+    try:
+        server = _start(server_line, tmp_path)
+        started.append(server)
+        _wait_ready(server)
+        for site in sites:
+            started.append(_start(
+                f"fedep federate --role gateway --superlink localhost:{port} --certs certs "
+                f"--node-key {site}.key --train {site}.csv --once --out runs/{site}",
+                tmp_path,
+            ))  # fmt: skip
+        for p in [*started[1:], server]:
+            err = p.communicate(timeout=300)[1]
+            assert p.returncode == 0, (p.args, err[-3000:])
+    finally:
+        for p in started:
+            _stop(p)
+        leftover = _sweep(tmp_path)
+    assert leftover == [], f"processes left running: {leftover}"
+    secure = FederationResult.load(tmp_path / "runs/server/result.json")
+    assert secure.failed == {} and sorted(secure.finalized) == sites
+    cfgs = [{"data-path": str(tmp_path / f"{s}.csv"), "client-label": s} for s in sites]
+    rc = {"features": "numeric", "n-components": 2, "n-rounds": 3, "tol": 0.0,
+          "random-state": 5}  # fmt: skip
+    plain, _ = run_local(cfgs, rc)
+    assert projector_distance(secure.components.T, plain.components.T) <= 1e-6
+    np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-6, atol=1e-7)
+    for a, b in zip(plain.history, secure.history, strict=True):
+        assert b["objective"] == pytest.approx(a["objective"], rel=1e-5, abs=1e-6)
+    log = (tmp_path / "runs/server/flwr-run.log").read_text()
+    held = re.findall(r"fedep: replies to (\S+) (\S+) held arrays \[([^\]]*)\]", log)
+    rounds = [names for kind, group, names in held if kind == "train" and group.isdigit()]
+    assert len(rounds) == 3 * 4  # three rounds, four SecAgg+ stages each
+    for _, _, names in held:
+        assert set(filter(None, names.split(", "))) <= {"fedep.exponents"}, names
+    assert {"secure_moments", "secure_m2", "secure_sketch"} <= {g for _, g, _ in held}

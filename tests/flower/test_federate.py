@@ -26,6 +26,7 @@ pytest.importorskip("flwr")
 
 from fedep._procs import stop_group  # noqa: E402
 from fedep.cli import (  # noqa: E402
+    _federate_roles,  # noqa: E402
     build_parser,
     federate,  # noqa: E402
     main,
@@ -545,3 +546,51 @@ def test_secure_aggregation_refusals(tmp_path, monkeypatch, capsys, n, extra, sa
     assert rc == 1, stderr
     assert says in _one_line_error(stderr)
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_dp_options_reach_the_run_config_and_their_rules_are_checked_first(
+    tmp_path, monkeypatch, capsys
+):
+    csvs = [_write_csv(tmp_path / f"g{i}.csv", i, rows=5) for i in range(2)]
+    opts = "--dp-epsilon 2 --dp-clip 20 --tol 0 --n-components 2 --features numeric".split()
+    rc = _plan(["--gateways", "2", "--train", *csvs, "--out", tmp_path / "o", *opts]).run_config
+    assert (rc["dp-epsilon"], rc["dp-clip"]) == (2.0, 20.0)
+    argv = ["--gateways", 2, "--train", *csvs, "--dp-epsilon", 2, "--n-components", 2]
+    code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert code == 1 and "differential privacy needs dp_clip" in _one_line_error(stderr)
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_the_server_role_checks_secure_aggregation_first(tmp_path, monkeypatch, capsys):
+    # --role server --secure-aggregation is checked as the local run is, before a SuperLink
+    argv = ["--role", "server", "--superlink", "127.0.0.1:9093", "--insecure", "--gateways",
+            2, "--secure-aggregation"]  # fmt: skip
+    code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert code == 1 and "needs at least 3 gateways" in _one_line_error(stderr)
+    argv[6] = 3
+    code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+    assert code == 1 and "needs --features numeric" in _one_line_error(stderr)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_gateways_dp_bound_reaches_its_node_config(tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    class Stub:  # the gateway's SuperNode, not started: its node config is what counts
+        def __init__(self, node_configs, out, **kw):
+            seen.update(node_configs[0])
+            raise ValueError("stub")
+
+    monkeypatch.setattr(_federate_roles, "GatewayRole", Stub)
+    csv = _write_csv(tmp_path / "g0.csv", 0, rows=5)
+    base = ["--role", "gateway", "--superlink", "127.0.0.1:9093", "--insecure", "--train", csv]
+    code, stderr, _ = _answer([*base, "--dp-max-epsilon", 2], tmp_path, monkeypatch, capsys)
+    assert code == 1 and "stub" in stderr and seen["dp-max-epsilon"] == 2.0
+    for argv, says in (
+        ([*base, "--dp-max-epsilon", 0], "--dp-max-epsilon must be > 0"),
+        (["--gateways", 2, "--train", csv, csv, "--dp-max-epsilon", 2], "needs --role"),
+        ([*base[:5], "--role", "server", "--gateways", 3, "--dp-max-epsilon", 2],
+         "is a gateway's"),
+    ):  # fmt: skip
+        code, stderr, _ = _answer(argv, tmp_path, monkeypatch, capsys)
+        assert code == 1 and says in _one_line_error(stderr), stderr

@@ -175,7 +175,7 @@ def test_dropout_mid_protocol_survived():
         ({"aggregation": "median"}, "aggregation='median' needs each one"),
         ({"aggregation": "trimmed"}, "aggregation='trimmed' needs each one"),
         ({"trim-steps": 1}, "cannot run record trimming"),
-        ({"dp-epsilon": 1.0, "dp-clip": 5.0}, "in-process fits only"),
+        ({"dp-epsilon": 1.0, "dp-clip": 5.0, "tol": 1e-4}, "differential privacy needs tol=0"),
     ],
 )
 def test_refused_combinations(extra, match):

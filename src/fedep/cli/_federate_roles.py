@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from fedep.cli._common import UsageError, err
+from fedep.cli._common import UsageError, err, finite_float
 from fedep.data.readers import gateway_id
 from fedep.flower.deployment import (
     Interrupted,
@@ -93,6 +93,12 @@ def add_role_options(p) -> None:
         help="gateway: its name in the federation (default: the --train file's name)",
     )
     g.add_argument(
+        "--dp-max-epsilon",
+        type=finite_float,
+        metavar="X",
+        help="gateway: take part only in differentially private runs of epsilon <= X",
+    )
+    g.add_argument(
         "--once",
         action="store_true",
         help="gateway: stop once its model is written (default: serve until stopped)",
@@ -109,7 +115,7 @@ _ROLE_ONLY = ("superlink", "certs", "server_name", "node_key", "join", "once", "
 
 def check_local_only(args) -> None:
     """The options of the other roles are refused without ``--role``."""
-    for name in _ROLE_ONLY + ("client_label",):
+    for name in _ROLE_ONLY + ("client_label", "dp_max_epsilon"):
         if getattr(args, name):
             raise UsageError(f"--{name.replace('_', '-')} needs --role server, gateway or keys")
     if args.gateway_keys:
@@ -160,6 +166,10 @@ def _server(args, hooks) -> int:
         raise UsageError("--role server reads no data: each gateway runs --role gateway")
     if args.gateways is None:
         raise UsageError("--role server needs --gateways N (how many gateways to wait for)")
+    if args.dp_max_epsilon is not None:
+        raise UsageError(
+            "--dp-max-epsilon is a gateway's (--role gateway); the server sets --dp-epsilon"
+        )
     _check_address(args.superlink or DEFAULT_LISTEN, args.insecure)
     if args.certs is None and not args.insecure:
         raise UsageError("--role server needs --certs DIR (fedep federate --role keys)")
@@ -175,8 +185,12 @@ def _server(args, hooks) -> int:
     if args.min_clients > args.gateways:
         raise UsageError(f"--min-clients must be in [1, {args.gateways}]; got {args.min_clients}")
     settings = hooks.run_settings(args)
+    if args.secure_aggregation:  # every gateway holds a --train file
+        hooks.check_secure(args, args.gateways, True)
     rc = run_config(args.method, args.min_clients, args.round_timeout, settings)
     rc.update({"min-nodes": args.gateways, "node-wait-s": args.timeout})
+    if args.secure_aggregation:
+        rc["secure-aggregation"] = True
     try:
         server = ServerRole(
             [],
@@ -191,13 +205,20 @@ def _server(args, hooks) -> int:
         raise UsageError(str(exc)) from None
     result = server.workdir / "result.json"
     print(
-        f"fedep federate: server on {server.address}, waiting for {args.gateways} "
-        f"gateways; logs in {server.workdir}",
+        f"fedep federate: starting the server on {server.address}; logs in {server.workdir}",
         file=sys.stderr,
         flush=True,
     )
 
     def submit_and_wait():
+        # the SuperLink is up and every key registered: a gateway may connect now (one
+        # that activates before its key is registered is refused by the SuperLink)
+        print(
+            f"fedep federate: server ready on {server.address}: {len(keys)} gateway keys "
+            f"registered, waiting for {args.gateways} gateways",
+            file=sys.stderr,
+            flush=True,
+        )
         server.submit(rc, result)
         return server.wait_result(result, timeout=args.timeout)
 
@@ -251,6 +272,8 @@ def _gateway(args, hooks) -> int:
         raise UsageError("--role gateway needs --superlink HOST:PORT (the server's)")
     if args.train is None or args.dataset is not None:
         raise UsageError("--role gateway needs --train FILE (this gateway's own records)")
+    if args.dp_max_epsilon is not None and not args.dp_max_epsilon > 0:
+        raise UsageError(f"--dp-max-epsilon must be > 0; got {args.dp_max_epsilon:g}")
     _check_address(args.superlink, args.insecure)
     ca = key = None
     if not args.insecure:
@@ -265,6 +288,8 @@ def _gateway(args, hooks) -> int:
     (cfg,) = gateway_node_configs(out, **sources)
     label = args.client_label or gateway_id(sources["files"][0])
     cfg.update({"client-label": label, "model-path": str(out / f"gateway-{label}.fedep")})
+    if args.dp_max_epsilon is not None:  # checked by the gateway's ClientApp at each run
+        cfg["dp-max-epsilon"] = args.dp_max_epsilon
     try:
         gw = GatewayRole(
             [cfg],
@@ -298,7 +323,7 @@ def _gateway(args, hooks) -> int:
     return 0
 
 
-def run_role(args, run_settings, output_folder, print_result, sources) -> int:
+def run_role(args, run_settings, output_folder, print_result, sources, check_secure) -> int:
     """Run ``args.role`` (``server``, ``gateway`` or ``keys``); the exit status.
 
     The callables are ``fedep federate``'s own checks and printing, shared with the
@@ -309,6 +334,7 @@ def run_role(args, run_settings, output_folder, print_result, sources) -> int:
         output_folder=output_folder,
         print_result=print_result,
         sources=sources,
+        check_secure=check_secure,
     )
     if args.role == "keys":
         return _keys(args)

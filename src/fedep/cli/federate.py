@@ -64,7 +64,7 @@ from fedep.core.trimming import describe_trimming
 from fedep.data.dataset_files import DATASET_URLS, KNOWN_FILES, resolve_data_dir
 from fedep.data.readers import check_distinct_gateways, gateway_files
 from fedep.detectors import METHODS, make_estimator
-from fedep.federation.privacy import DP_PARAMS
+from fedep.federation.privacy import check_private
 from fedep.flower.deployment import (
     FederationPlan,
     Interrupted,
@@ -99,10 +99,8 @@ def federated_methods() -> dict[str, type]:
 
 
 def federated_param_table() -> dict:
-    """The parameter table of the federated methods' estimators (:mod:`fedep.params`),
-    less differential privacy's (in-process fits only: the Flower run refuses them)."""
-    table = param_table(list(dict.fromkeys(federated_methods().values())))
-    return {k: v for k, v in table.items() if k not in DP_PARAMS}
+    """The parameter table of the federated methods' estimators (:mod:`fedep.params`)."""
+    return param_table(list(dict.fromkeys(federated_methods().values())))
 
 
 def register(sub) -> None:
@@ -311,6 +309,7 @@ def _run_settings(args) -> dict:
     make_pipeline(
         pipe, est.features, spell=lambda k: f"--{option_name(k)}", needs="--features auto"
     )
+    check_private(est)  # differential privacy's rules, before anything starts
     return {
         **{table[k].key: v for k, v in params.items()},
         **{ptable[k].key: v for k, v in pipe.items()},
@@ -454,6 +453,13 @@ def _print_result(outcome: RunOutcome, out: Path) -> None:
         )
     if res.trim_history:
         print(describe_trimming(res.trim_history))
+    if res.privacy:
+        p = res.privacy
+        print(
+            f"differential privacy: epsilon {p['epsilon']:.4g} at delta {p['delta']:.3g} for "
+            f"one record (noise multiplier {p['noise_multiplier']:.4g} on each of "
+            f"{p['releases']} releases, added by each gateway; see docs/privacy.md)"
+        )
     print(f"{res.stop_reason} after {res.n_rounds} rounds; models and logs in {out}")
 
 
@@ -469,7 +475,9 @@ def cmd_federate(args) -> int:
     if missing is not None:
         raise UsageError(f"Flower is not installed: pip install 'fedep[flower]' ({missing})")
     if args.role != "local":
-        return run_role(args, _run_settings, output_folder, _print_result, _gateway_sources)
+        return run_role(
+            args, _run_settings, output_folder, _print_result, _gateway_sources, _check_secure
+        )
     check_local_only(args)
     if args.train is None and args.dataset is None:
         raise UsageError("give --dataset NAME --gateways N, or --train PATH ...")

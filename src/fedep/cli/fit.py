@@ -249,7 +249,15 @@ def cmd_fit(args) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            det.fit(handover.pop(), groups=data.groups, **trust_kw)
+            # keywords spelled out, no **trust_kw: a call with ** packs the table into
+            # an argument tuple that this frame holds until fit returns (CPython)
+            det.fit(
+                handover.pop(),
+                groups=data.groups,
+                reference=trust_kw.get("reference"),
+                reference_groups=trust_kw.get("reference_groups"),
+                feedback=trust_kw.get("feedback"),
+            )
     except FeatureError as exc:
         raise _located(exc, data) from None
     finally:

@@ -87,13 +87,43 @@ def client_moments(X: np.ndarray) -> Moments:
         return Moments(0, z, z.copy())
     with np.errstate(over="ignore", invalid="ignore"):  # such columns are redone below
         mean = X.mean(axis=0)
-        dev = X - mean
-        np.square(dev, out=dev)  # in place: one temporary the size of X, not two
-        m2 = dev.sum(axis=0)
-    del dev
+        m2 = _m2_about(X, mean)
     for j in np.flatnonzero(~(np.isfinite(mean) & np.isfinite(m2))).tolist():
         mean[j], m2[j] = _scaled_moments(X[:, j])
     return Moments(n, mean, m2)
+
+
+#: Rows per block of the squared deviations in :func:`client_moments` (about 2 MB at
+#: 34 features): a temporary of one block instead of one the size of ``X``.
+MOMENT_BLOCK_ROWS = 1 << 13
+
+
+def _m2_about(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Per-feature sum of squared deviations of the rows of ``X`` from ``mean``.
+
+    The same sums as ``np.square(X - mean).sum(axis=0)``, bit for bit, without its
+    temporary the size of ``X``: for a C-contiguous ``X`` of two or more features,
+    numpy sums along axis 0 one row after the other, so the blocks are summed with the
+    running total carried in as the first row of the next block's sum. Other layouts
+    (one feature, Fortran order: numpy's pairwise sums) keep the direct formula.
+    """
+    n, k = X.shape
+    if n <= MOMENT_BLOCK_ROWS or k < 2 or not X.flags.c_contiguous:
+        dev = X - mean
+        np.square(dev, out=dev)  # in place: one temporary the size of X, not two
+        return dev.sum(axis=0)
+    buf = np.empty((MOMENT_BLOCK_ROWS + 1, k))
+    acc = None
+    for start in range(0, n, MOMENT_BLOCK_ROWS):
+        blk = X[start : start + MOMENT_BLOCK_ROWS]
+        lo = 0 if acc is None else 1
+        part = buf[lo : lo + len(blk)]
+        np.subtract(blk, mean, out=part)
+        np.square(part, out=part)
+        if acc is not None:
+            buf[0] = acc
+        acc = buf[: lo + len(blk)].sum(axis=0)
+    return acc
 
 
 def _scaled_moments(col: np.ndarray) -> tuple[float, float]:

@@ -9,7 +9,6 @@ One definition of a fitted detector (:meth:`BaseFederatedDetector.set_fitted` th
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import warnings
 from numbers import Integral, Real
@@ -35,7 +34,7 @@ from fedep.core.trimming import (
     log_scores,
 )
 from fedep.data.readers.frames import release_arrow_memory
-from fedep.detectors.blocks import apply_in_blocks, block_rows
+from fedep.detectors.blocks import apply_in_blocks, block_rows, client_thresholds
 from fedep.detectors.blocks import check_groups as _check_groups
 from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
 from fedep.detectors.lineage import data_window
@@ -44,7 +43,13 @@ from fedep.detectors.trust import share_estimator, trusted_blocks
 from fedep.detectors.warm import warm_input, warm_start
 from fedep.features import FeaturePipeline
 from fedep.federation.gateways import LocalGateways
-from fedep.federation.privacy import PrivateGateways, check_private, is_private
+from fedep.federation.privacy import (
+    PrivacyBudget,
+    PrivateGateways,
+    check_private,
+    gateway_seeds,
+    is_private,
+)
 from fedep.params import validate_params
 
 #: The paper's ablation cases as FedEP parameters (Case IV is FedEP itself).
@@ -316,19 +321,16 @@ class BaseFederatedDetector(BaseEstimator):
                 "differential privacy (its queries are not noised); fit without one"
             )
         check_private(self, pipe)
-        seed = self.random_state
-        if isinstance(seed, numbers.Integral):  # a stream apart from the fit's own
-            seed = [int(seed), 0xD9]
-        oneshot = getattr(self, "init", "random") == "oneshot"
+        budget = PrivacyBudget.of(self)
         return PrivateGateways(
             labels,
             blocks,
-            epsilon=float(self.dp_epsilon),
-            delta=float(self.dp_delta),
-            clip=float(self.dp_clip),
-            releases=int(self.n_rounds) + 1 + int(oneshot),
+            epsilon=budget.epsilon,
+            delta=budget.delta,
+            clip=budget.clip,
+            releases=budget.releases,
             method=self.server_step,
-            rng=np.random.default_rng(seed),
+            seeds=gateway_seeds(self.random_state, len(blocks)),  # each gateway's own
             feature_names=names,
         )
 
@@ -383,8 +385,7 @@ class BaseFederatedDetector(BaseEstimator):
         if groups is not None:
             groups = _check_groups(groups, X.shape[0])
         pipe = FeaturePipeline() if isinstance(self.features, str) else clone(self.features)
-        pipe.fit(X, groups=groups)
-        Z = pipe.transform(X)
+        Z = pipe.fit_transform(X, groups=groups)  # every row encoded once
         if Z.shape[1] == 0:
             raise ValueError(
                 "the feature pipeline kept no column of X (see features_.decisions_ or "
@@ -534,8 +535,10 @@ class BaseFederatedDetector(BaseEstimator):
         threshold the quantile of its own scores at the level ``threshold_`` has among
         its global scores. ``contamination_reason_`` says how the share was obtained.
         """
+        glob = None  # each block's global scores (reused below: one pass over the records)
         if Z is None:
-            scores = np.concatenate([self._global_scores(b, residual_energy) for b in blocks])
+            glob = [self._global_scores(b, residual_energy) for b in blocks]
+            scores = np.concatenate(glob)
             self.decision_scores_ = np.empty_like(scores)
             self.decision_scores_[order] = scores
         else:
@@ -555,19 +558,13 @@ class BaseFederatedDetector(BaseEstimator):
             self.threshold_ = float(trust["threshold"])
         else:
             self.threshold_ = float(np.quantile(self.decision_scores_, 1.0 - self.contamination_))
-        levels = []
-        for b in blocks:
-            own = self._global_scores(b, residual_energy) if trust is not None else None
-            levels.append(
-                float(np.mean(own <= self.threshold_))
-                if own is not None
-                else 1.0 - self.contamination_
-            )
-        self.client_thresholds_ = np.array(
-            [
-                np.quantile(residual_energy(b, self.client_components_[i].T), levels[i])
-                for i, b in enumerate(blocks)
-            ]
+        levels = [1.0 - self.contamination_] * len(blocks)
+        for i, b in enumerate(blocks if trust is not None else ()):
+            own = glob[i] if glob else self._global_scores(b, residual_energy)
+            levels[i] = float(np.mean(own <= self.threshold_))
+        plain = type(self)._global_scores is BaseFederatedDetector._global_scores
+        self.client_thresholds_ = client_thresholds(
+            blocks, self.client_components_, levels, glob if plain else None, self.components_
         )
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
 

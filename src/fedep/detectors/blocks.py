@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fedep.core.scoring import residual_energy
+
 #: Most bytes of one block of model coordinates while scoring (see
 #: :meth:`fedep.detectors.base.BaseFederatedDetector.scoring_block_rows`).
 SCORING_BLOCK_BYTES = 32 * 2**20
@@ -90,3 +92,38 @@ def apply_in_blocks(X, groups, step: int, apply_block: Callable) -> np.ndarray:
         g = None if groups is None else groups[a : a + step]
         parts.append(apply_block(rows, g))
     return np.concatenate(parts)
+
+
+def client_thresholds(
+    blocks: list[np.ndarray],
+    client_components: np.ndarray,
+    levels: list[float],
+    global_scores: list[np.ndarray] | None = None,
+    components: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each client's threshold: the ``levels[i]`` quantile of the residual energies of
+    its block under its own basis.
+
+    Parameters
+    ----------
+    blocks : list of ndarray of shape (N_i, n_features)
+        Each client's standardised records.
+    client_components : ndarray of shape (n_clients, n_components, n_features)
+    levels : list of float
+    global_scores : list of ndarray of shape (N_i,), optional
+        Each block's residual energies under ``components`` (n_components,
+        n_features), already computed: reused for a client whose basis equals the
+        global one (pooled PCA, a single client), where they are the same numbers.
+
+    Returns
+    -------
+    ndarray of shape (n_clients,)
+    """
+    out = np.empty(len(blocks))
+    for i, b in enumerate(blocks):
+        if global_scores is not None and np.array_equal(client_components[i], components):
+            scores = global_scores[i]
+        else:
+            scores = residual_energy(b, client_components[i].T)
+        out[i] = np.quantile(scores, levels[i])
+    return out

@@ -281,9 +281,10 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         false-positive rate on trusted traffic) instead of the ``contamination``
         quantile of the training scores. Unused without a reference.
     dp_epsilon : float or None, default=None
-        Differential privacy (in-process fits): every gateway adds Gaussian noise to
-        what it releases (its moments, its one-shot sketch and each round's proposal,
-        each clipped), calibrated so that the whole fit spends ``dp_epsilon`` at
+        Differential privacy (in-process, and over Flower where each gateway's
+        ClientApp adds the noise and the server accounts): every gateway adds
+        Gaussian noise to what it releases (its moments, its one-shot sketch and each
+        round's proposal, each clipped), calibrated so that the whole fit spends ``dp_epsilon`` at
         ``dp_delta`` for one record (see :mod:`fedep.core.privacy`; docs/privacy.md).
         Needs ``dp_clip``, an integer ``n_components``, ``tol=0``, ``trim_steps=0``,
         ``aggregation="mean"``; the rounds send no metric and every gateway weighs the
@@ -295,7 +296,9 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         With ``dp_epsilon``: each record is scaled down to L2 norm at most ``dp_clip``
         (in the input's units) before anything is computed from it.
     random_state : int, Generator or None, default=None
-        Seeds the initial basis, client sampling and the privacy noise.
+        Seeds the initial basis, client sampling and (in-process) the privacy noise,
+        one stream per gateway (:func:`fedep.federation.privacy.gateway_seeds`; over
+        Flower each gateway draws its own).
     callback : callable or None, default=None
         ``callback(round, V, record)`` after each round, with the consensus ``V``
         (n_features, n_components) in standardised units (``mean_`` and ``scale_``

@@ -41,8 +41,9 @@ KMV_SIZE = 256
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 
 
-def _add_counts(target: dict[int, int], keys: np.ndarray, weights: np.ndarray | None) -> None:
-    """Add the (weighted) count of each key in ``keys`` (int64, non-empty) to ``target``.
+def _key_counts(keys: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of ``keys`` (int64, non-empty) with a non-zero (weighted) count,
+    and those counts (int64).
 
     One ``bincount`` over the keys' range (a histogram spans a few thousand bins)
     rather than sorting the values; ``np.unique`` when the range is much wider than
@@ -56,8 +57,14 @@ def _add_counts(target: dict[int, int], keys: np.ndarray, weights: np.ndarray | 
     else:
         uniq, inv = np.unique(keys, return_inverse=True)
         counts = np.bincount(inv, weights=weights)
+        nz = counts != 0
+        uniq, counts = uniq[nz], counts[nz]
     # float bincount sums of int64 weights are exact below 2**53 rows
-    for kk, cc in zip(uniq.tolist(), counts.astype(np.int64).tolist(), strict=True):
+    return uniq, counts.astype(np.int64)
+
+
+def _add_to(target: dict[int, int], keys: np.ndarray, counts: np.ndarray) -> None:
+    for kk, cc in zip(keys.tolist(), counts.tolist(), strict=True):
         target[kk] = target.get(kk, 0) + cc
 
 
@@ -112,25 +119,38 @@ class LogHistogram:
         """
         v = np.asarray(values, dtype=float)
         w = None if weights is None else np.asarray(weights, np.int64)
+        if v.size == 0:
+            return self
         a = np.abs(v)  # a fresh array: worked on in place below
         small = a < SKETCH_ZERO
         any_small = bool(small.any())
         if any_small:
             self.zero += int(np.count_nonzero(small) if w is None else w[small].sum())
-            a[small] = 1.0  # log10 -> 0; these values are not binned
+            a[small] = 1.0  # log10 -> 0; these values are not binned (weight 0 below)
         # k = floor(log10(|x|) * B), computed in place (one array, not four)
         np.log10(a, out=a)
         a *= self.bins_per_decade
         np.floor(a, out=a)
         k = a.astype(np.int64)
+        del a
         neg = v < 0
-        if not any_small and not neg.any():  # the usual count / size / rate column
-            if k.size:
-                _add_counts(self.pos, k, w)
+        if neg.any():
+            # one count over both signs: key 2 k for a positive value, 2 k + 1 for a
+            # negative one (instead of selecting each sign's values first)
+            k <<= 1
+            k += neg
+        else:
+            neg = None
+        if any_small:  # the values of the zero bin count for no bin
+            keep = ~small
+            w = keep.astype(np.int64) if w is None else w * keep
+        keys, counts = _key_counts(k, w)
+        if neg is None:
+            _add_to(self.pos, keys, counts)
             return self
-        for mask, target in ((~small & ~neg, self.pos), (~small & neg, self.neg)):
-            if mask.any():
-                _add_counts(target, k[mask], None if w is None else w[mask])
+        odd = (keys & 1).astype(bool)
+        _add_to(self.pos, keys[~odd] >> 1, counts[~odd])
+        _add_to(self.neg, keys[odd] >> 1, counts[odd])
         return self
 
     def merge(self, other: LogHistogram) -> LogHistogram:
@@ -340,12 +360,13 @@ def number_hashes(values: np.ndarray) -> np.ndarray:
     """
     # + 0.0 maps -0.0 to 0.0, and gives a fresh array to mix in place
     z = (np.asarray(values, dtype=np.float64) + 0.0).view(np.uint64)
+    t = np.empty_like(z)  # the shifts' one scratch array
     z += _SPLITMIX_GAMMA  # uint64 arithmetic wraps around (mod 2**64), without warning
-    z ^= z >> np.uint64(30)
+    z ^= np.right_shift(z, np.uint64(30), out=t)
     z *= _SPLITMIX_M1
-    z ^= z >> np.uint64(27)
+    z ^= np.right_shift(z, np.uint64(27), out=t)
     z *= _SPLITMIX_M2
-    z ^= z >> np.uint64(31)
+    z ^= np.right_shift(z, np.uint64(31), out=t)
     return z
 
 

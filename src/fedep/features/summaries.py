@@ -52,11 +52,13 @@ import heapq
 import math
 import re
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
+from fedep.core._threads import choose_threads
 from fedep.core.stats import value_moments
 from fedep.features._values import (
     BOOL_FALSE,
@@ -77,6 +79,9 @@ __all__ = [
     "merge_summaries",
     "summarize_columns",
 ]
+
+#: Tables of at least this many cells summarise their columns on several threads.
+_THREADED_CELLS = 1 << 20
 
 # 2: numbers hashed by value in the distinct-count sketch (KMV); version-1 gateways
 # hashed their canonical text, so the two sketches cannot be merged
@@ -360,17 +365,29 @@ def _weighted_count(mask: np.ndarray, counts: np.ndarray | None) -> int:
     return int(np.count_nonzero(mask) if counts is None else counts[mask].sum())
 
 
-def _numeric_view(cs: ColumnSummary, vals: np.ndarray, w: np.ndarray | None = None) -> None:
+def _all_finite(vals: np.ndarray) -> bool:
+    """Whether every value is finite, in one pass without a temporary in the usual case:
+    a finite sum means no NaN and no inf (a sum that overflows asks ``isfinite``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if len(vals) == 0 or np.isfinite(np.add.reduce(vals)):
+            return True
+    return bool(np.isfinite(vals).all())
+
+
+def _numeric_view(
+    cs: ColumnSummary, vals: np.ndarray, w: np.ndarray | None = None, finite: bool = False
+) -> None:
     """Fill the numeric view from values ``vals`` (NaN excluded by caller) with counts ``w``.
 
     ``w`` None: every value counts once (a numeric column's rows, not its distinct
-    values), with no weight array to build or multiply by.
+    values), with no weight array to build or multiply by. ``finite``: the caller
+    knows every value is finite.
     """
-    fin = np.isfinite(vals)
-    if fin.all():  # the usual case: no inf, no copy
+    if finite or _all_finite(vals):  # the usual case: no inf, no copy
         cs.n_posinf = cs.n_neginf = 0
         v, c = vals, w
     else:
+        fin = np.isfinite(vals)
         cs.n_posinf = _weighted_count(vals == np.inf, w)
         cs.n_neginf = _weighted_count(vals == -np.inf, w)
         v, c = vals[fin], None if w is None else w[fin]
@@ -425,12 +442,14 @@ def _summarize_numeric(
     unless forced categorical, and its millions of distinct values are then never sorted or keyed.
     """
     vals = numeric_values(s, "numeric")
-    nan = np.isnan(vals)
-    if nan.any():
-        vals = vals[~nan]
+    finite = _all_finite(vals)
+    if not finite:
+        nan = np.isnan(vals)
+        if nan.any():
+            vals = vals[~nan]
     cs.n_null = len(s) - len(vals)
     cs.n_token = 0
-    _numeric_view(cs, vals)
+    _numeric_view(cs, vals, finite=finite)
     cs.distinct = KMV.of_numbers(vals)
     # The list would hold min(distinct, keep) keys: exactly known below the sketch's k,
     # else at most keep. Withheld with the longest list possible -> withheld with the
@@ -576,10 +595,21 @@ def summarize_columns(
         raise FeatureError(f"duplicate column names: {', '.join(map(repr, dup))}")
     keep = 4 * int(max_categories)
     forced = {str(c) for c in categorical}
-    cols = {
-        n: _summarize_one(n, df.iloc[:, j], keep, int(sketch_size), n in forced)
-        for j, n in enumerate(names)
-    }
+
+    def one(j: int) -> ColumnSummary:
+        n = names[j]
+        return _summarize_one(n, df.iloc[:, j], keep, int(sketch_size), n in forced)
+
+    # Columns are independent, and their passes run in NumPy without the GIL: a large
+    # table's columns are summarised on the threads the thread rule gives (the cores
+    # not busy with other work).
+    workers = 1 if df.size < _THREADED_CELLS else min(len(names), choose_threads(math.inf))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            done = list(pool.map(one, range(len(names))))
+    else:
+        done = [one(j) for j in range(len(names))]
+    cols = dict(zip(names, done, strict=True))
     return ColumnSummaries(len(df), cols, 1, int(max_categories), int(sketch_size))
 
 

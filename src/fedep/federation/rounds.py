@@ -129,6 +129,9 @@ class FederationResult:
         fitted one (Flower, gateways holding raw tables).
     rank_reason : str or None
         How the rank was chosen (``rank_reason_`` of the estimators; Flower).
+    privacy : dict or None
+        Differential privacy's accounting over Flower (``epsilon`` spent, ``delta``,
+        ``noise_multiplier``, ``releases``; :class:`fedep.federation.privacy.PrivacyBudget`).
     trim_history : list of dict
         One record per concentration step of record trimming (``trim_history_`` of
         the estimators; Flower); the other fields are those of the last fit.
@@ -147,6 +150,7 @@ class FederationResult:
     failed: dict = field(default_factory=dict)
     features: dict | None = None
     rank_reason: str | None = None
+    privacy: dict | None = None
     trim_history: list[dict] = field(default_factory=list)
 
     _ARRAYS = ("V", "components", "mean", "scale")

@@ -15,6 +15,11 @@ modules of the other phases): scikit-learn (the estimator, its validation, the f
 pipeline) is imported at ``setup``, ``finalize`` and the feature phases of a gateway
 holding a raw table only, pandas when the gateway reads its table.
 
+In a differentially private run (the first contact carries the budget) the gateway
+clips its records and noises each of its releases here, before they leave it
+(:mod:`fedep.flower.gateway_privacy`); a query whose answer would not be noised is
+refused.
+
 A gateway holding a raw table (``data-path``) in a run with ``features = "auto"``
 never stores it in ``context.state``: it reads its own file at each feature phase
 (``query.summaries``, ``query.feature_moments``, the second ``query.moments``) and
@@ -49,6 +54,7 @@ from fedep.core.trimming import (
 )
 from fedep.federation.rounds import FederationResult
 from fedep.federation.server import round_sums
+from fedep.flower import gateway_privacy as privacy
 from fedep.flower.gateway_data import (
     GatewayDataError,
     holds_table,
@@ -228,8 +234,8 @@ def _pipeline(data: dict):
     return FeaturePipeline.from_dict(data)
 
 
-def _moments_reply(msg: Message, X: np.ndarray, label: str) -> Message:
-    m = client_moments(X)
+def _moments_reply(msg: Message, X: np.ndarray, label: str, m=None) -> Message:
+    m = client_moments(X) if m is None else m
     content = RecordDict(
         {
             "moments": to_array_record(mean=m.mean, m2=m.m2),
@@ -290,12 +296,20 @@ def moments(msg: Message, context: Context) -> Message:
     """
     feats = _json_of(msg, "features")
     mode = feats.get("mode", "numeric")
+    try:  # differential privacy: the run's budget comes with the first contact
+        noise = None if mode == "pipeline" else privacy.start(context, feats.get("dp"))
+        if mode == "pipeline":
+            privacy.refuse_plain(context, "the moments of a feature pipeline's outputs")
+    except ValueError as exc:
+        return _data_error(msg, exc, context)
     if mode == "count":  # secure aggregation: the enrolment only, the moments come summed
         if feats.get("auto") and holds_table(context.node_config):
             mode = "auto"
         else:
             try:
                 X, meta = _ensure_data(context)
+                if noise is not None:
+                    _clip_records(context, noise, X)
             except ValueError as exc:
                 return _data_error(msg, exc, context)
             content = RecordDict(
@@ -332,7 +346,29 @@ def moments(msg: Message, context: Context) -> Message:
         X, meta = _ensure_data(context)
     except ValueError as exc:  # GatewayDataError, or a value the pipeline cannot encode
         return _data_error(msg, exc, context)
-    return _knows(_moments_reply(msg, X, meta["label"]), context)
+    if noise is None:
+        return _knows(_moments_reply(msg, X, meta["label"]), context)
+    X = _clip_records(context, noise, X)
+    m = noise.moments(X)  # one release, noised here
+    privacy.save_noise(context, noise)
+    return _knows(_moments_reply(msg, X, meta["label"], m), context)
+
+
+def _clip_records(context: Context, noise, X: np.ndarray) -> np.ndarray:
+    """A private run's records: each clipped to ``dp_clip`` (kept for every later
+    phase, as the in-process :class:`~fedep.federation.privacy.PrivateGateways`)."""
+    X = noise.records(X)
+    context.state[_DATA] = to_array_record(X=X)
+    return X
+
+
+def _refused(msg: Message, context: Context, what: str) -> Message | None:
+    """An error reply when ``what`` is not noised and the run is private (else None)."""
+    try:
+        privacy.refuse_plain(context, what)
+    except ValueError as exc:
+        return _data_error(msg, exc, context)
+    return None
 
 
 @app.query("summaries")
@@ -341,6 +377,9 @@ def summaries(msg: Message, context: Context) -> Message:
     """Round 1 of the feature pipeline: the column summaries of the raw table (JSON)."""
     from fedep.features import FeaturePipeline  # start-up time: see the module docstring
 
+    refused = _refused(msg, context, "the column summaries")
+    if refused is not None:
+        return refused
     params = _json_of(msg, "pipeline").get("params", {})
     try:
         df, label = _table(context)
@@ -360,6 +399,9 @@ def summaries(msg: Message, context: Context) -> Message:
 @_verified
 def feature_moments(msg: Message, context: Context) -> Message:
     """Round 2 of the feature pipeline: moments of the table's encoded features."""
+    refused = _refused(msg, context, "the encoded features' moments")
+    if refused is not None:
+        return refused
     pipe = _pipeline(_json_of(msg, "pipeline"))
     try:
         df, label = _table(context, pipe.feature_names_in_.tolist())
@@ -384,6 +426,9 @@ def gram(msg: Message, context: Context) -> Message:
     The message carries the global standardisation (``mean``, ``scale``); the reply is
     the Gram matrix (n_features x n_features) and the record count -- no record.
     """
+    refused = _refused(msg, context, "the Gram matrix")
+    if refused is not None:
+        return refused
     try:
         X, meta = _ensure_data(context)
     except ValueError as exc:
@@ -421,6 +466,9 @@ def trim(msg: Message, context: Context) -> Message:
     - ``ppca-sums``: the kept count, ``sum t_k^2`` (r,) and the kept residual energy
       in ``V``.
     """
+    refused = _refused(msg, context, "record trimming's counts and sums")
+    if refused is not None:
+        return refused
     q = _json_of(msg, "trim")
     op, kind, subset = q["op"], q.get("kind", ""), q.get("subset", "train")
     X = arrays_of(context.state[_DATA])["X"]
@@ -520,7 +568,8 @@ def setup(msg: Message, context: Context) -> Message:
     meta.update(json.loads(str(msg.content["settings"]["json"])))
     meta["warm"] = bool(int(msg.content["settings"].get("warm-start", 0)))
     # Validated once here, with the estimator's own rules; rounds reuse the spec.
-    meta["spec"] = _estimator(meta).cohort_spec()
+    est = _estimator(meta)
+    meta["spec"], meta["server_step"] = est.cohort_spec(), est.server_step
     _set_meta(context, meta)
     if _COHORT in context.state.array_records:
         del context.state[_COHORT]  # a new fit starts from scratch
@@ -536,7 +585,17 @@ def setup(msg: Message, context: Context) -> Message:
         context.state[_START] = to_array_record(**st)
     content = RecordDict({"ack": MetricRecord({"ok": 1})})
     k = int(msg.content["settings"].get("sketch-rank", 0))
-    if k > 0:
+    try:
+        noise = privacy.require_noise(context, "one-shot sketch") if k > 0 else None
+    except ValueError as exc:
+        return _data_error(msg, exc, context)
+    if noise is not None:  # the noised Gram matrix of its records (Analyze Gauss)
+        try:
+            content["gram"] = to_array_record(G=noise.gram(_kept_block(context)))
+        except ValueError as exc:
+            return _data_error(msg, exc, context)
+        privacy.save_noise(context, noise)
+    elif k > 0:
         content["sketch"] = to_array_record(B=client_sketch(_kept_block(context), k))
     return Message(content, reply_to=msg)
 
@@ -550,13 +609,24 @@ def _secure_values(msg: Message, context: Context) -> dict[str, np.ndarray]:
     sketch when the round asks for it)."""
     q = _json_of(msg, SECSUM)
     what = q.get("what")
+    noise = privacy.require_noise(context, f"secure {what} sum")
     if what == "round":
-        rep = _local_round(msg, context)
+        rep = _released_round(msg, context)
         out = round_sums(rep)
         if rep.sketch is not None:
             out["BB"] = rep.sketch[0] @ rep.sketch[0].T
         return out
     X, _ = _ensure_data(context)
+    if noise is not None:  # each gateway noises its values before they are masked
+        if what == "moments":
+            s1, sq = noise.moment_sums(X)
+            out = {"n": np.array([float(X.shape[0])]), "sum": s1, "sq": sq}
+        elif what == "sketch":
+            out = {"BB": noise.gram(_kept_block(context))}
+        else:
+            raise ValueError(f"differential privacy: the secure {what} sum is not noised")
+        privacy.save_noise(context, noise)
+        return out
     if what == "moments":
         return {"n": np.array([float(X.shape[0])]), "sum": X.sum(axis=0)}
     if what == "m2":
@@ -586,6 +656,19 @@ def _local_round(msg: Message, context: Context):
     return rep
 
 
+def _released_round(msg: Message, context: Context):
+    """The local round as it leaves the gateway: in a private run, its noised proposal
+    (:meth:`~fedep.federation.privacy.GatewayNoise.round`)."""
+    noise = privacy.require_noise(context, "round")
+    rep = _local_round(msg, context)
+    if noise is None:
+        return rep
+    V = arrays_of(msg.content["global"])["V"]
+    rep = noise.round(rep, V, _meta(context)["server_step"])
+    privacy.save_noise(context, noise)
+    return rep
+
+
 @app.train()
 @_verified
 def train(msg: Message, context: Context) -> Message:
@@ -593,9 +676,12 @@ def train(msg: Message, context: Context) -> Message:
     if RECORD_KEY_CONFIGS in msg.content.config_records:
         try:
             return gateway_secure_reply(msg, context, _secure_values)
-        except GatewayDataError as exc:
+        except ValueError as exc:  # its data, or beyond the privacy budget
             return _data_error(msg, exc, context)
-    rep = _local_round(msg, context)
+    try:
+        rep = _released_round(msg, context)
+    except ValueError as exc:  # beyond the privacy budget, or not private at all
+        return _data_error(msg, exc, context)
     metrics = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in rep.metrics.items()}
     local = {"W": rep.W, "Pi": rep.Pi, "nu": np.asarray(rep.nu, dtype=float)}
     if rep.sketch is not None:
@@ -658,6 +744,8 @@ def gateway_model(context: Context, components: np.ndarray, final: dict):
     if isinstance(final.get("lineage"), dict):  # checked by the model file's schema
         det.lineage_ = final["lineage"]
     det.n_trim_steps_ = len(det.trim_history_)
+    for name, value in (privacy.private_model_fields(context) or {}).items():
+        setattr(det, name, value)  # the privacy this gateway spent
     return det
 
 
@@ -676,7 +764,8 @@ def finalize(msg: Message, context: Context) -> Message:
         Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
         save_model(det, str(path))  # atomic: the file is whole or absent
     metrics = {"saved": int(bool(path))}
-    if not info.get("secure_aggregation"):  # under secure aggregation they stay here
+    private = privacy.load_noise(context) is not None  # thresholds are not noised
+    if not (info.get("secure_aggregation") or private):  # then they stay here
         metrics["threshold"] = float(det.threshold_)
         metrics["client-threshold"] = float(det.client_thresholds_[0])
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

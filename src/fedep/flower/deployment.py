@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -45,6 +46,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedep._atomic import atomic_write
 from fedep._procs import signal_group
 from fedep.federation.rounds import FederationResult
 
@@ -63,6 +65,7 @@ __all__ = [
     "run_local_federation",
     "stale_results",
     "write_app",
+    "write_auth_secret",
 ]
 
 APP_PYPROJECT = """\
@@ -169,16 +172,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def executor_cmd(runtime_port: int, parent_pid: int, root_certificates=None) -> list[str]:
+def executor_cmd(
+    runtime_port: int, parent_pid: int, root_certificates=None, auth_secret_file=None
+) -> list[str]:
     """The command of the long-running ClientApp executor (:mod:`fedep.flower.executor`)
     of a SuperNode in ``--isolation process`` mode serving its Runtime API on
-    ``127.0.0.1:runtime_port``."""
+    ``127.0.0.1:runtime_port`` (its task claims signed with ``auth_secret_file``'s
+    secret: :func:`write_auth_secret`)."""
     cmd = [sys.executable, "-m", "fedep.flower.executor"]
     cmd += ["--runtime-api-address", f"127.0.0.1:{runtime_port}"]
     cmd += ["--parent-pid", str(parent_pid)]
+    if auth_secret_file is not None:
+        cmd += ["--superexec-auth-secret-file", str(auth_secret_file)]
     if root_certificates is not None:
         cmd += ["--root-certificates", str(root_certificates)]
     return cmd
+
+
+def write_auth_secret(path: Path) -> Path:
+    """A fresh 32-byte random secret at ``path``, readable by this user only (``0600``):
+    the SuperExec authentication secret a SuperNode and its executor share
+    (``--superexec-auth-secret-file``; :mod:`fedep.flower.executor`)."""
+    with atomic_write(path, "wb", perm=0o600) as fh:
+        fh.write(secrets.token_bytes(32))
+    return Path(path)
 
 
 def node_config_text(cfg: dict) -> str:
@@ -334,6 +351,15 @@ class LocalDeployment:
     def _exe(self, name: str) -> str:
         return flower_executable(name) or name
 
+    def _runtime_auth(self, name: str) -> list[str]:
+        """The SuperNode's ``--superexec-auth-secret-file`` of executor ``name`` (a fresh
+        secret, ``0600``, in the work folder): only a process that reads it claims the
+        SuperNode's tasks; none with Flower's own process per message."""
+        if self.isolation != "process":
+            return []
+        path = write_auth_secret(self.workdir / f"{name}.secret")
+        return ["--superexec-auth-secret-file", str(path)]
+
     def _supernode_cmd(self) -> list[str]:
         if self.poll_interval is None:
             return [self._exe("flower-supernode")]
@@ -375,10 +401,12 @@ class LocalDeployment:
                     str(runtime_port),
                     "--node-config",
                     node_config_text(cfg),
+                    *self._runtime_auth(f"executor-{i}"),
                 ],
             )
             if self.isolation == "process":
-                self._spawn(f"executor-{i}", executor_cmd(runtime_port, node.pid))
+                secret = self.workdir / f"executor-{i}.secret"
+                self._spawn(f"executor-{i}", executor_cmd(runtime_port, node.pid, None, secret))
         return self
 
     def _wait_port(
@@ -440,6 +468,8 @@ class LocalDeployment:
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        for secret in self.workdir.glob("executor-*.secret"):  # worthless once stopped
+            secret.unlink(missing_ok=True)
 
     def __enter__(self) -> LocalDeployment:
         try:

@@ -17,9 +17,19 @@ FAB. The gateway's state still lives in ``context.state`` (kept by the SuperNode
 subprocess isolation); :mod:`fedep.flower.gateway_data` keeps its parsed records in
 memory between messages when the file is unchanged.
 
+**Who may claim a task.** The Runtime API is served on ``127.0.0.1`` only (checked:
+:func:`check_loopback`). With ``--superexec-auth-secret-file`` (Flower 1.42's SuperExec
+authentication, given to the SuperNode as well) every ``AcquireTask`` is signed with an
+HMAC of that shared secret, a timestamp and a nonce (Flower's
+``SuperExecAuthHttpInterceptor``), and the SuperNode hands a task, with the token that
+pulls its message and context, only to a signed claim: another local user's process
+that reaches the port but cannot read the secret file (``0600``) gets no task.
+:class:`~fedep.flower.deployment.LocalDeployment` and the gateway role always give one.
+
 Run as ``python -m fedep.flower.executor --runtime-api-address 127.0.0.1:PORT
-[--root-certificates CA] [--parent-pid PID] [--poll-interval S]``; it stops when its
-parent process ends (``--parent-pid``), or on SIGTERM / SIGINT.
+[--superexec-auth-secret-file FILE] [--root-certificates CA] [--parent-pid PID]
+[--poll-interval S]``; it stops when its parent process ends (``--parent-pid``), or on
+SIGTERM / SIGINT.
 """
 
 from __future__ import annotations
@@ -36,11 +46,13 @@ from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.common.logger import log
 from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
+from flwr.supercore.auth import load_superexec_auth_secret
 from flwr.supercore.constant import TaskType
 from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
 from flwr.supercore.interceptors import (
     RuntimeTokenHttpInterceptor,
     RuntimeVersionHttpInterceptor,
+    SuperExecAuthHttpInterceptor,
 )
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
@@ -52,10 +64,24 @@ from flwr.supernode.runtime.run_clientapp import (
 
 from fedep.flower.client_app import app
 
-__all__ = ["FAB_ID", "serve", "main"]
+__all__ = ["FAB_ID", "check_loopback", "serve", "main"]
 
 #: The ``fab_id`` of fedep's Flower app (publisher / name of its ``pyproject.toml``).
 FAB_ID = "fedep/fedep-flower"
+#: The Runtime API call that hands out a task: signed under SuperExec authentication
+#: (as Flower's own SuperExec signs it).
+AUTH_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+
+
+def check_loopback(address: str) -> None:
+    """Refuse (one line) a Runtime API address that is not on this machine's loopback:
+    the executor's link is plain HTTP unless given root certificates."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        raise ValueError(
+            f"--runtime-api-address {address}: the executor serves a SuperNode on this "
+            "machine only (127.0.0.1)"
+        )
 
 
 def _client(address: str, certificates: bytes | None, *interceptors) -> RuntimeHttpClient:
@@ -130,6 +156,7 @@ def serve(
     certificates: bytes | None = None,
     poll_interval: float = 0.2,
     stop: threading.Event | None = None,
+    auth_secret: bytes | None = None,
 ) -> None:
     """Claim and run the SuperNode's ClientApp tasks until ``stop`` is set.
 
@@ -144,11 +171,17 @@ def serve(
         after a task, growing by half at each empty call up to this.
     stop : threading.Event, optional
         Set to end the loop (after the task in progress).
+    auth_secret : bytes, optional
+        The SuperExec authentication secret the SuperNode was given
+        (``--superexec-auth-secret-file``): every task claim is signed with it.
     """
     stop = stop or threading.Event()
-    client = _client(
-        address, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec")
-    )
+    interceptors = [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
+    if auth_secret:
+        interceptors.append(
+            SuperExecAuthHttpInterceptor(master_secret=auth_secret, protected_methods=AUTH_METHODS)
+        )
+    client = _client(address, certificates, *interceptors)
     request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP.value])
     wait = min(0.01, poll_interval)
     try:
@@ -188,9 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--runtime-api-address", required=True, metavar="HOST:PORT")
     p.add_argument("--root-certificates", metavar="PEM", help="CA of the Runtime API's TLS")
+    p.add_argument(
+        "--superexec-auth-secret-file",
+        metavar="FILE",
+        help="the SuperNode's SuperExec authentication secret: every task claim is signed",
+    )
     p.add_argument("--parent-pid", type=int, help="stop when this process ends")
     p.add_argument("--poll-interval", type=float, default=0.2, metavar="SECONDS")
     args = p.parse_args(argv)
+    try:
+        check_loopback(args.runtime_api_address)
+        secret = load_superexec_auth_secret(args.superexec_auth_secret_file)
+    except ValueError as exc:
+        p.error(" ".join(str(exc).split()))
     certs = None
     if args.root_certificates:
         with open(args.root_certificates, "rb") as fh:
@@ -205,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent_pid:
         _watch_parent(args.parent_pid, stop)
     log(INFO, "fedep executor: serving %s", args.runtime_api_address)
-    serve(args.runtime_api_address, certificates=certs, poll_interval=args.poll_interval, stop=stop)
+    serve(
+        args.runtime_api_address,
+        certificates=certs,
+        poll_interval=args.poll_interval,
+        stop=stop,
+        auth_secret=secret,
+    )
     return 0
 
 

@@ -40,6 +40,7 @@ from fedep.core.stats import Moments
 from fedep.features import FeaturePipeline
 from fedep.features.summaries import align_summaries
 from fedep.federation.gateways import GatewaySetup, Standardization
+from fedep.federation.privacy import PrivacyBudget, proposal_bound
 from fedep.federation.rounds import TooFewClients
 from fedep.federation.server import merge_reports, out_of_scale, validate_report
 from fedep.flower.checks import (
@@ -114,6 +115,9 @@ class FlowerGateways:
         matrices, the sketches and every round come to the server as SecAgg+ sums only.
     n_features : int or None
         The numeric gateways' declared number of features (secure aggregation).
+    privacy : PrivacyBudget or None
+        Differential privacy: every gateway noises its releases
+        (:mod:`fedep.flower.gateway_privacy`); the server counts them.
     """
 
     def __init__(
@@ -131,8 +135,10 @@ class FlowerGateways:
         columns: dict[str, int] | None = None,
         secure: bool = False,
         n_features: int | None = None,
+        privacy: PrivacyBudget | None = None,
     ):
         self.grid, self.roster, self.method = grid, roster, method
+        self.privacy = privacy
         self.timeout, self.min_clients, self.max_misses = timeout, min_clients, max_misses
         self.pipeline_params = dict(pipeline_params or {})
         self._moments = first_moments
@@ -207,6 +213,7 @@ class FlowerGateways:
         timeout: float,
         min_clients: int,
         secure: bool = False,
+        privacy: PrivacyBudget | None = None,
         **kw,
     ) -> FlowerGateways:
         """The first contact: every node's label and its moments (or, with
@@ -216,11 +223,17 @@ class FlowerGateways:
         its enrolment, which every later count it sends must equal. A label outside
         :data:`~fedep.flower.checks.LABEL_PATTERN`, or taken by a node of lower id, is
         refused naming the node; fewer than ``min_clients`` gateways left end the run, as
-        does a run mixing raw tables with numeric sources.
+        does a run mixing raw tables with numeric sources. With ``privacy``, every
+        gateway gets the run's budget and replies noised moments (one release).
         """
-        content = RecordDict() if features != "auto" else json_record("features", {"mode": "auto"})
+        query: dict = {"mode": "auto"} if features == "auto" else {}
         if secure:  # the enrolment only: the moments come as a secure sum
-            content = json_record("features", {"mode": "count", "auto": features == "auto"})
+            query = {"mode": "count", "auto": features == "auto"}
+        if privacy is not None:
+            query["dp"] = privacy.query()
+            if not secure:
+                privacy.spend()  # the moments of the first contact
+        content = json_record("features", query) if query else RecordDict()
         replies, failed, sent, received = exchange(
             grid, dict.fromkeys(nodes, content), "query.moments", "moments", timeout
         )
@@ -251,6 +264,13 @@ class FlowerGateways:
         by_label = [(lab, replies[roster.node_of[lab]]) for lab in roster.order]
         tables = [lab for lab, rep in by_label if "source" in rep.content]
         numeric = [lab for lab, _ in by_label if lab not in tables]
+        if tables and privacy is not None:
+            raise RuntimeError(
+                "differential privacy: gateways "
+                + ", ".join(tables)
+                + " hold raw tables; the feature pipeline's column summaries are not "
+                "noised; run with features='numeric' or without dp-epsilon"
+            )
         if tables and secure:
             raise RuntimeError(
                 "secure aggregation: gateways "
@@ -300,6 +320,15 @@ class FlowerGateways:
         first = None if (tables or secure) else {lab: m for lab, m in enrolled}
         columns = {lab: v[1] for lab, v in enrolled} if tables else {}
         knows = {k: any(_flag(rep, k) for _, rep in by_label) for k in ("reference", "feedback")}
+        holding = [
+            lab for lab, rep in by_label if _flag(rep, "reference") or _flag(rep, "feedback")
+        ]
+        if privacy is not None and holding:
+            raise RuntimeError(
+                "differential privacy: gateways " + ", ".join(holding) + " hold a trusted "
+                "reference or analyst feedback, whose queries are not noised; remove their "
+                "reference-path / feedback-path or run without dp-epsilon"
+            )
         n_features = None
         if secure:
             widths = [v[1] for _, v in enrolled]
@@ -324,6 +353,7 @@ class FlowerGateways:
             columns=columns,
             secure=secure,
             n_features=n_features,
+            privacy=privacy,
             **kw,
         )
         gateways.knows = knows
@@ -381,6 +411,8 @@ class FlowerGateways:
         since does not count in what is merged from them afterwards. Under secure
         aggregation, one pooled moments: two secure sums (the records' sum, then the
         squared deviations from the pooled mean)."""
+        if self._moments is None and self.secure and self.privacy is not None:
+            self._moments = [self._private_secure_moments()]
         if self._moments is None and self.secure:
             n = self.n_features
             first = self._secure_sum("moments", {"n": (1,), "sum": (n,)})
@@ -409,6 +441,20 @@ class FlowerGateways:
         if self.secure:
             return self._moments  # one pooled sum: no gateway's share can be taken out
         return [self._moments[lab] for lab in self.roster.order if lab in self._moments]
+
+    def _private_secure_moments(self) -> Moments:
+        """The pooled moments of a private secure run: one secure sum of each gateway's
+        noised ``sum x`` and ``sum x**2`` (one release; no second sum about the mean)."""
+        n = self.n_features
+        out = self._secure_sum("moments", {"n": (1,), "sum": (n,), "sq": (n,)})
+        self.privacy.spend()
+        total = sum(self.declared[lab] for lab in out.labels)
+        if abs(float(out.sums["n"][0]) - total) > 0.5 + float(out.bound["n"][0]):
+            raise RuntimeError(
+                f"secure aggregation: the summed record count {out.sums['n'][0]:.1f} "
+                f"is not the {total} the gateways declared"
+            )
+        return Moments.from_sums(total, out.sums["sum"], np.maximum(out.sums["sq"], 0.0))
 
     def gram(self, std: Standardization) -> tuple[np.ndarray, list[int]]:
         n = std.mean.shape[0]
@@ -467,10 +513,16 @@ class FlowerGateways:
         if not setup.sketch_rank:
             return None
         n = std.mean.shape[0]
+        if self.privacy is not None:
+            self.privacy.spend()  # each gateway's noised Gram matrix
         if self.secure:  # the merge needs sum_i B_i B_i^T only: one factor of it
             out = self._secure_sum("sketch", {"BB": (n, n)}, query={"rank": setup.sketch_rank})
             records.labels = list(self.roster.order)
             return [factor(out.sums["BB"])]
+        if self.privacy is not None:  # noised Gram matrices: their sum, factored
+            grams = [G for _, G in self._parse(replies, "setup", _private_gram(n))]
+            records.labels = list(self.roster.order)
+            return [factor(np.sum(grams, axis=0))]
 
         def sketch_of(lab, rep):
             B = np.asarray(arrays_of(rep.content["sketch"])["B"], dtype=float)
@@ -495,6 +547,7 @@ class FlowerGateways:
             records=self.records(),
             declared=self.declared,
             secure=self,
+            privacy=self.privacy,
         )
         return self._clients
 
@@ -520,6 +573,7 @@ class FlowerGateways:
             "trust": outcome.trust,
             "lineage": outcome.lineage,  # the run's: every gateway's file records it
             "secure_aggregation": self.secure,
+            "differential_privacy": self.privacy is not None,
         }
         content = RecordDict(
             {
@@ -537,6 +591,33 @@ class FlowerGateways:
         )
         self.roster.fail(failed, "finalize")
         return sorted(self.roster.label_of[n] for n in replies)
+
+
+def _private_gram(n: int):
+    """A reader of a private setup reply's noised Gram matrix (n, n)."""
+
+    def read(lab, rep):
+        G = np.asarray(arrays_of(rep.content["gram"])["G"], dtype=float)
+        if G.shape != (n, n) or not np.isfinite(G).all():
+            raise ValueError(
+                f"a noised Gram matrix of shape {G.shape}, not ({n}, {n}), or not finite"
+            )
+        if not np.allclose(G, G.T, rtol=0, atol=1e-9 * max(1.0, float(np.abs(G).max()))):
+            raise ValueError("a noised Gram matrix that is not symmetric")
+        return G
+
+    return read
+
+
+def _private_form(rep: RoundReport, V: np.ndarray, bound: float) -> None:
+    """Refuse a private round reply not of the released form (``Pi = 0``, ``nu = 1``,
+    ``||W - V|| <= bound``: the clip radius plus the noise's norm, but with
+    probability ``exp(-32)``)."""
+    if np.any(rep.Pi != 0) or np.any(rep.nu != 1):
+        raise ValueError("a private proposal with Pi != 0 or nu != 1")
+    far = float(np.linalg.norm(rep.W[0] - V))
+    if far > bound:
+        raise ValueError(f"a private proposal {far:.3g} from V, beyond its noise ({bound:.3g})")
 
 
 def _std_arrays(std: Standardization) -> dict[str, np.ndarray]:
@@ -565,6 +646,7 @@ class RemoteClients:
         records=None,
         declared=None,
         secure: FlowerGateways | None = None,
+        privacy: PrivacyBudget | None = None,
     ):
         self.grid, self.gw, self.V0 = grid, gw, V0
         self.declared = dict(declared or {})
@@ -579,6 +661,7 @@ class RemoteClients:
         self.rnd = 0
         # secure aggregation: each round is a secure sum of the gateways' round sums
         self.secure = secure if secure is not None and secure.secure else None
+        self.privacy = privacy
 
     def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
         gw = self.gw
@@ -594,10 +677,14 @@ class RemoteClients:
             if lab not in self.initialised:
                 rd["init"] = to_array_record(V0=self.V0)
             contents[gw.node_of[lab]] = RecordDict(rd)
+        if self.privacy is not None:
+            self.privacy.spend()  # each gateway's noised proposal
         if self.secure is not None:
             return secure_round(
                 self, targets, {gw.node_of[t]: contents[gw.node_of[t]] for t in targets}
             )
+        private = self.privacy is not None
+        bound = proposal_bound(self.privacy.z, self.n_features, self.r) if private else 0.0
         replies, failed, s_b, r_b = exchange(
             self.grid, contents, "train", str(self.rnd), self.timeout
         )
@@ -608,7 +695,9 @@ class RemoteClients:
                 continue
             try:
                 rep = round_report_from(replies[nid])
-                validate_report(rep, self.n_features, self.r)
+                validate_report(rep, self.n_features, self.r, orthonormal=not private)
+                if private:
+                    _private_form(rep, V, bound)
             except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
                 line = " ".join(str(exc).split())[:300] or type(exc).__name__
                 failed[nid] = f"invalid reply: {line}"
@@ -621,7 +710,6 @@ class RemoteClients:
             failed[gw.node_of[answered[i]]] = f"invalid reply: {why}"
             del reports[i], answered[i]
         self.account(targets, answered, {gw.label_of[n]: w for n, w in failed.items()})
-        rep = merge_reports(reports)
         rep = merge_reports(reports)
         rep.info = {
             "participants": answered,

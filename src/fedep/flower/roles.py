@@ -198,6 +198,11 @@ class ServerRole(LocalDeployment):
             raise RunFailed(f"registering {public_key}: {' '.join(why[-2:]) or 'refused'}")
 
 
+#: Seconds a ``--once`` gateway stays connected after sending its last reply (see
+#: :meth:`GatewayRole.wait_model`).
+FINALIZE_LINGER_S = 5.0
+
+
 @dataclass
 class GatewayRole(LocalDeployment):
     """One gateway: a SuperNode over its own file, connected to the server's SuperLink.
@@ -254,10 +259,12 @@ class GatewayRole(LocalDeployment):
                 str(runtime_port),
                 "--node-config",
                 node_config_text(self.node_configs[0]),
+                *self._runtime_auth("executor-0"),
             ],  # fmt: skip
         )
         if self.isolation == "process":
-            self._spawn("executor-0", executor_cmd(runtime_port, node.pid))
+            secret = self.workdir / "executor-0.secret"
+            self._spawn("executor-0", executor_cmd(runtime_port, node.pid, None, secret))
         return self
 
     def wait_model(self, timeout: float, once: bool = True, on_wait=None) -> Path | None:
@@ -277,13 +284,20 @@ class GatewayRole(LocalDeployment):
         path = Path(str(self.node_configs[0]["model-path"]))
         before = path.stat().st_mtime_ns if path.exists() else None
         deadline = time.monotonic() + timeout
+        sent_at = None
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     lines = exit_reason(self.log(name)) or [f"exit status {proc.returncode}"]
                     raise RunFailed(f"{name} exited: {' | '.join(lines)}")
             if once and path.exists() and path.stat().st_mtime_ns != before:
-                if self._finalize_sent() or time.monotonic() > deadline - 1:
+                if sent_at is None and self._finalize_sent():
+                    sent_at = time.monotonic()
+                # Flower's SuperLink answers the ServerApp's pull with an error for a
+                # node gone offline, even when its reply is stored: linger until the
+                # ServerApp (polling every <= 0.25 s) has had time to pull it
+                lingered = sent_at is not None and time.monotonic() - sent_at >= FINALIZE_LINGER_S
+                if lingered or time.monotonic() > deadline - 1:
                     return path
             if on_wait is not None:
                 on_wait()

@@ -34,7 +34,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedep._atomic import atomic_write
 from fedep.detectors import detector_param_table, make_estimator
 from fedep.detectors.driver import WarmStart, fit_gateways
-from fedep.federation.privacy import is_private
+from fedep.federation.privacy import PrivacyBudget
 from fedep.federation.rounds import FederationResult
 from fedep.flower.gateways import FlowerGateways
 from fedep.flower.secagg import check_secure_aggregation
@@ -155,11 +155,8 @@ def run_federation(
         )
     if not isinstance(est.features, str):  # pragma: no cover - run configs give text
         raise ValueError("over Flower, features must be 'auto' or 'numeric'")
-    if is_private(est):
-        raise ValueError(
-            "dp-epsilon: differential privacy runs in-process fits only for now (the "
-            "gateways' noise is not yet in the Flower ClientApp)"
-        )
+    # differential privacy: each gateway noises its releases; the server accounts
+    privacy = PrivacyBudget.of(est)
     secure = _flag(cfg["secure-aggregation"])
     if secure:
         check_secure_aggregation(est)
@@ -176,6 +173,7 @@ def run_federation(
         max_misses=int(cfg["max-misses"]),
         pipeline_params=pipe_params,
         secure=secure,
+        privacy=privacy,
     )
 
     def on_round(rnd, V, rec):
@@ -209,6 +207,10 @@ def run_federation(
     # The pipeline's decisions and scaling (``FeaturePipeline.to_dict()``; None without).
     res.features = None if out.features is None else out.features.to_dict()
     res.rank_reason = out.rank_reason
+    res.privacy = None if privacy is None else privacy.report()
+    if privacy is not None:
+        log(INFO, "fedep: differential privacy: epsilon %.4g at delta %.3g (%d releases)",
+            res.privacy["epsilon"], privacy.delta, privacy.released)  # fmt: skip
     path = str(cfg.get("result-path") or "")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

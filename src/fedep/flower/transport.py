@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from fedep.flower.messages import message_nbytes, sign_message
 
-__all__ = ["Roster", "SigningGrid", "ask", "exchange", "wait_for_nodes"]
+__all__ = ["Roster", "SigningGrid", "ask", "exchange", "received_arrays", "wait_for_nodes"]
 
 
 def exchange(
@@ -89,7 +89,19 @@ def exchange(
         len(replies),
         time.monotonic() - t0,
     )
+    # what the server received, by name (an audit of a secure run: masked vectors and
+    # exponents only, never a basis, moments, a Gram matrix or a sketch)
+    log(INFO, "fedep: replies to %s %s held arrays [%s]", message_type, group_id,
+        ", ".join(received_arrays(replies.values())))  # fmt: skip
     return replies, failed, sent, received
+
+
+def received_arrays(replies) -> list[str]:
+    """The names of the non-empty array records in ``replies`` (sorted; SecAgg+'s mod
+    leaves empty ones of its own)."""
+    return sorted(
+        {name for rep in replies for name, rec in rep.content.array_records.items() if len(rec)}
+    )
 
 
 class SigningGrid:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import csv
 import functools
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -25,6 +23,7 @@ from fedep.data.readers.frames import (
     _rechunk,
     _to_pandas,
 )
+from fedep.data.readers.ranges import read_ranges
 from fedep.data.readers.source import ReadError, _Source, _text_lines
 
 # CSV text that is not UTF-8 is read as Windows-1252 (CIC-IDS2017's labels hold byte 0x96,
@@ -239,16 +238,18 @@ def _numeric_table(src, names, delimiter, columns, types, text=None) -> pd.DataF
     """The whole file by pandas' C parser when every column is a number or plain text.
 
     Tried only for a whole uncompressed UTF-8 file (no ``columns``: pandas' ``usecols``
-    would let a row with too many fields through, and costs it its second thread)
-    whose every column pyarrow typed int64, float64 or string in the first block:
-    pandas' parser reads such a file about 1.5x as fast as pyarrow's on two cores. Its
-    result is kept only if every column has the dtype the pyarrow read gives the first
-    block's type, with no missing value and the default index; anything else gives
-    None and the pyarrow read below, which also words the errors (line, column). That
-    covers a parse error, text in a number column, a missing value (pandas and pyarrow
-    know different markers), a row with too few fields (pandas pads it with NaN
-    instead of refusing it) and a row one field too long (pandas would take its first
-    field as an index). The dtypes are checked after the read, not given to pandas:
+    would let a row with too many fields through) whose every column pyarrow typed
+    int64, float64 or string in the first block: pandas' parser reads such a file
+    about 1.5x as fast as pyarrow's on two cores. It is read in byte ranges on
+    threads, a chunk at a time, into one array per column
+    (:func:`fedep.data.readers.ranges.read_ranges`, which says why: the peak). Every
+    chunk must give every column the dtype the pyarrow read gives the first block's
+    type, with no missing value and the default index; anything else gives None and
+    the pyarrow read below, which also words the errors (line, column). That covers a
+    parse error, text in a number column, a missing value (pandas and pyarrow know
+    different markers), a row with too few fields (pandas pads it with NaN instead of
+    refusing it) and a row one field too long (pandas would take its first field as
+    an index). The numbers' dtypes are checked after the read, not given to pandas:
     given, they make its parse about twice as slow. One known difference remains: an
     integer written ``+5`` after the first block keeps its column int64 here, where
     pyarrow would make the column float64 (same values). The ``text`` columns (an
@@ -258,38 +259,15 @@ def _numeric_table(src, names, delimiter, columns, types, text=None) -> pd.DataF
         return None
     if len(types) != len(names) or any(t not in _FAST_TYPES for t in types.values()):
         return None
-    try:
-        with warnings.catch_warnings():
-            # e.g. pandas' mixed-types warning: such a file falls back to pyarrow anyway
-            warnings.simplefilter("ignore")
-            df = pd.read_csv(
-                src.path,
-                sep=delimiter,
-                header=None,
-                skiprows=1,
-                names=names,
-                engine="c",
-                encoding="utf-8",
-                compression=None,  # plain text by its magic bytes, whatever its name
-                dtype=dict.fromkeys(text, str) if text else None,
-            )
-    except (ValueError, TypeError, OverflowError, OSError, pd.errors.ParserError):
-        return None
-    if not isinstance(df.index, pd.RangeIndex) or len(df) == 0:
-        return None
-    expected = _fast_dtypes()
-    for c in names:
-        dtype = df[c].dtype
-        if dtype != expected[types[c]]:
-            return None
-        if dtype == np.float64:
-            if np.isnan(df[c].to_numpy()).any():
-                return None
-        elif dtype != np.int64 and df[c].isna().any():
-            # pyarrow's missing-value markers are a subset of pandas': a text column
-            # without any in pandas' read has none in pyarrow's either
-            return None
-    return df
+    kinds = {c: _KINDS[types[c]] for c in names}
+    if text:
+        kinds.update(dict.fromkeys(text, "text"))
+    return read_ranges(
+        src.path, names, delimiter, kinds, _fast_dtypes()[pa.string()], as_text=list(text or ())
+    )
+
+
+_KINDS = {pa.int64(): "int", pa.float64(): "float", pa.string(): "text"}
 
 
 def _first_block_types(src, names, delimiter, columns, text=None) -> dict[str, pa.DataType]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -89,14 +91,31 @@ def _as_text(col: pa.ChunkedArray) -> pa.Array:
 
 
 def release_arrow_memory() -> None:
-    """Return the memory pyarrow's allocator holds but no longer uses to the OS.
+    """Return the memory pyarrow's allocator and the C allocator hold but no longer use
+    to the OS.
 
     Tables read by pyarrow (and pandas' Arrow-backed columns) live in pyarrow's memory
     pool, which keeps freed pages resident for reuse: once a large table is converted
     or encoded and dropped, that is the size of the table in resident memory beside
-    what replaced it.
+    what replaced it. NumPy arrays come from the C allocator, whose freed blocks below
+    its (adaptive) mapping threshold stay in its heap: a table's columns freed after
+    encoding would stay resident beside what the fit allocates next (measured: +0.9x
+    the float matrix at the peak of a FedEP fit of a 2,000,000 x 34 CSV), so glibc's
+    ``malloc_trim`` is asked to give them back where it exists.
     """
     pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None on another C library."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # glibc's name (no search)
+    except (OSError, AttributeError):
+        return None
 
 
 def _rechunk(frames: Iterable[pd.DataFrame], chunksize: int) -> Iterator[pd.DataFrame]:

@@ -170,5 +170,10 @@ def read_table(
     """
     it = _iter_table(path, format, delimiter, infinity, columns, chunksize, text_columns)
     if chunksize is None:
-        return next(it)
+        try:
+            return next(it)
+        finally:
+            # the suspended readers hold the frame (and the frame as read, which shares
+            # its columns): closed now, they let the caller alone decide its lifetime
+            it.close()
     return it
