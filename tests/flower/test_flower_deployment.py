@@ -133,3 +133,30 @@ def test_deployment_survives_a_killed_gateway(deployment, tmp_path):
     assert not (tmp_path / "gateway-2.fedep").exists()
     m = load(tmp_path / "gateway-1.fedep")
     np.testing.assert_allclose(m.components_ @ m.components_.T, np.eye(R), atol=1e-10)
+
+
+def test_a_reply_whose_objects_never_arrive_fails_after_the_bound(monkeypatch):
+    """A gateway killed while it uploads its reply: Flower would retry pulling the
+    missing objects for up to two hours; bounded, the pull gives up (and the exchange
+    counts that gateway as failed) instead of holding the federation."""
+    from flwr.supercore.inflatable.inflatable_utils import (
+        ObjectPullError,
+        ObjectUnavailableError,
+    )
+    from flwr.superlink.grid import http_grid
+
+    from fedep.flower.transport import bound_reply_pulls
+
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)
+    tries = []
+
+    def never_there(object_id):
+        tries.append(object_id)
+        raise ObjectUnavailableError(object_id)
+
+    assert bound_reply_pulls(0.0)
+    with pytest.raises(ObjectPullError):
+        http_grid.pull_objects(object_ids=["missing"], pull_object_fn=never_there)
+    assert tries == ["missing"]  # given up at the first miss, not after 500 tries
+    assert bound_reply_pulls(60.0)  # a second bound replaces the first, not stacks
+    assert http_grid.pull_objects.keywords == {"max_time": 60.0}

@@ -38,7 +38,7 @@ from fedep.federation.privacy import PrivacyBudget
 from fedep.federation.rounds import FederationResult
 from fedep.flower.gateways import FlowerGateways
 from fedep.flower.secagg import check_secure_aggregation
-from fedep.flower.transport import SigningGrid, wait_for_nodes
+from fedep.flower.transport import SigningGrid, bound_reply_pulls, wait_for_nodes
 from fedep.modelfile.estimator import load_model
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
@@ -161,6 +161,7 @@ def run_federation(
     if secure:
         check_secure_aggregation(est)
     timeout = float(cfg["round-timeout-s"])
+    bound_reply_pulls(timeout)  # a gateway killed mid-upload fails its round, no more
     nodes = wait_for_nodes(grid, int(cfg["min-nodes"]), float(cfg["node-wait-s"]))
     log(INFO, "fedep: %d gateways connected", len(nodes))
     gateways = FlowerGateways.connect(

@@ -9,6 +9,7 @@ run: send, record each failure and the bytes, keep the gateways that answered (a
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
@@ -17,9 +18,32 @@ from flwr.app import Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+try:  # the grid a deployed ServerApp talks through (Flower 1.42)
+    from flwr.superlink.grid import http_grid as _http_grid
+except ImportError:  # pragma: no cover - another Flower layout: its own default applies
+    _http_grid = None
+
 from fedep.flower.messages import message_nbytes, sign_message
 
 __all__ = ["Roster", "SigningGrid", "ask", "exchange", "received_arrays", "wait_for_nodes"]
+
+
+def bound_reply_pulls(seconds: float) -> bool:
+    """Bound how long this process waits for the objects of one reply to ``seconds``.
+
+    A gateway killed while it uploads its reply leaves the message registered and its
+    objects missing; Flower's grid then retries pulling them for up to two hours
+    (``PULL_MAX_TIME``), and the exchange that asked, with it the whole federation,
+    waits that long. With the bound the pull gives up after ``seconds`` and the reply
+    comes back as an error (Flower's ``MESSAGE_UNAVAILABLE``): that gateway fails the
+    round like one that did not answer. Returns whether the bound is in place.
+    """
+    pull = getattr(_http_grid, "pull_objects", None)
+    if pull is None:  # pragma: no cover - another Flower layout
+        return False
+    original = getattr(pull, "func", pull)
+    _http_grid.pull_objects = functools.partial(original, max_time=float(seconds))
+    return True
 
 
 def exchange(
