@@ -73,7 +73,11 @@ def _measure(est, X_test, y_test, recall=None):
     """ROC AUC, FPR and recall at the model's threshold; with ``recall`` (the ``none``
     model's), also the FPR at the threshold that gives that recall (equal recall)."""
     s = est.decision_function(X_test)
-    pred = est.predict(X_test)
+    return measure_scores(s, est.predict(X_test).astype(bool), y_test, recall)
+
+
+def measure_scores(s, pred, y_test, recall=None):
+    """:func:`_measure` from test scores ``s`` and flags ``pred`` (bool, same shape)."""
     out = {
         "roc_auc": round(float(roc_auc_score(y_test, s)), 4),
         "fpr": round(float(pred[y_test == 0].mean()), 4),
