@@ -129,6 +129,7 @@ def test_top_k_non_finite_falls_back():
 
 
 def test_a_cold_writer_runs_the_reference_and_starts_the_background_compile(tmp_path, monkeypatch):
+    from fedep.core._kernels import _dispatch
     from fedep.data import _tails
 
     p = tmp_path / "t.csv"
@@ -140,15 +141,15 @@ def test_a_cold_writer_runs_the_reference_and_starts_the_background_compile(tmp_
     compiled_out = fmt.block_output(*args)  # FEDEP_KERNELS=numba in the suite
     started, calls = [], []
     monkeypatch.setenv("FEDEP_KERNELS", "auto")
-    monkeypatch.setattr(_tails, "ready", lambda kernel: False)  # a cold cache
-    monkeypatch.setattr(_tails, "compile_in_background", started.append)
+    monkeypatch.setattr(_dispatch, "ready", lambda kernel: False)  # a cold cache
+    monkeypatch.setattr(_dispatch, "compile_in_background", started.append)
     monkeypatch.setattr(_tails, "write_lines", lambda *a: calls.append(a))
     assert fmt.block_output(*args) == compiled_out  # the reference's bytes
     assert calls == [] and started == [_tails._write_kernel]
     monkeypatch.setenv("FEDEP_KERNELS", "numpy")
     started.clear()
     assert fmt.block_output(*args) == compiled_out and started == [] and calls == []
-    monkeypatch.setattr(_tails, "ready", lambda kernel: True)  # a warm cache
+    monkeypatch.setattr(_dispatch, "ready", lambda kernel: True)  # a warm cache
     monkeypatch.setenv("FEDEP_KERNELS", "auto")
     monkeypatch.setattr(_tails, "write_lines", lambda *a: calls.append(a) or b"compiled")
     assert fmt.block_output(*args) == b"compiled" and len(calls) == 1

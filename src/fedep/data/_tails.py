@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedep.core._kernels._dispatch import compile_in_background, ready, requested_mode
+from fedep.core._kernels._dispatch import requested_mode, use_compiled
 
 try:
     import numba
@@ -252,15 +252,7 @@ def compiled(kernel) -> bool:
     with ``auto``, only when that costs no compilation; otherwise the reference runs and
     a background ``fedep warmup`` (which also compiles this module's kernels) is started
     (:mod:`fedep.core._kernels._dispatch`)."""
-    if kernel is None:
-        return False
-    mode = requested_mode("auto")
-    if mode == "numpy":
-        return False
-    if mode == "numba" or ready(kernel):
-        return True
-    compile_in_background(kernel)
-    return False
+    return kernel is not None and use_compiled(kernel, requested_mode("auto"))
 
 
 def top_k(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

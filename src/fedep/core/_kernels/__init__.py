@@ -70,7 +70,4 @@ def pick(kernel: str, name: str):
             raise ImportError("kernel='numba' needs numba: pip install numba")
         return None
     fn = _PUBLIC[name]
-    if mode == "numba" or _dispatch.ready(fn):
-        return fn
-    _dispatch.compile_in_background(fn)
-    return None
+    return fn if _dispatch.use_compiled(fn, mode) else None

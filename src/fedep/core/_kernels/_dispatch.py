@@ -47,6 +47,7 @@ __all__ = [
     "compile_lock_path",
     "ready",
     "requested_mode",
+    "use_compiled",
 ]
 
 ENV = "FEDEP_KERNELS"
@@ -104,6 +105,21 @@ def ready(dispatcher) -> bool:
         return True
     except Exception:  # an unreadable index: numba itself would recompile
         return False
+
+
+def use_compiled(dispatcher, mode: str) -> bool:
+    """Whether to call ``dispatcher`` under ``mode`` (from :func:`requested_mode`).
+
+    ``numpy``: never; ``numba``: always (compiled now if the cache lacks it); ``auto``:
+    when :func:`ready`, else False and the background compile is started (once per
+    process). Every compiled kernel, the solvers' and ``fedep score``'s, asks this.
+    """
+    if mode == "numpy":
+        return False
+    if mode == "numba" or ready(dispatcher):
+        return True
+    compile_in_background(dispatcher)
+    return False
 
 
 def compile_lock_path(dispatcher) -> Path | None:
