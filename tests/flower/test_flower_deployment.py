@@ -114,17 +114,20 @@ def test_deployment_survives_a_killed_gateway(deployment, tmp_path):
             deployment.kill("supernode-2", signal.SIGKILL)
             killed.append(time.monotonic())
 
-    rc = {"n-components": R, "n-rounds": 4, "tol": 0.0, "round-timeout-s": 20}
+    # A deployed round is now a fraction of a second: on a loaded machine the poll may see
+    # round 1 several rounds late, so the run is long enough for the kill to land inside it.
+    n_rounds = 16
+    rc = {"n-components": R, "n-rounds": n_rounds, "tol": 0.0, "round-timeout-s": 20}
     path = deployment.submit(rc)
     res = deployment.wait_result(path, timeout=170, on_wait=kill_during_round_2)
     assert killed, "round 1 never finished"
-    assert res.n_rounds == 4 and res.stop_reason == "max_rounds"
+    assert res.n_rounds == n_rounds and res.stop_reason == "max_rounds"
     assert res.history[0]["participants"] == ["0", "1", "2"]
-    # The kill lands after round 1 is logged; with a long-running executor round 2 may
-    # already have gateway 2's reply. From the round where it fails, it is gone.
+    # The kill lands after round 1 is logged, possibly some rounds later. From the round
+    # where it fails, gateway 2 is gone; before it, every gateway took part.
     parts = [rec["participants"] for rec in res.history]
-    first_without = next(i for i, p in enumerate(parts) if p == ["0", "1"])
-    assert 1 <= first_without <= 2, parts
+    first_without = next((i for i, p in enumerate(parts) if p == ["0", "1"]), None)
+    assert first_without is not None and first_without >= 1, parts
     assert all(p == ["0", "1"] for p in parts[first_without:]), parts
     assert all(p == ["0", "1", "2"] for p in parts[:first_without]), parts
     assert "2" in res.history[first_without]["failed"]
