@@ -46,7 +46,17 @@ __all__ = ["to_ecs", "DEFAULT_ONLY"]
 
 #: Keys of a default alert that are not identifying fields.
 DEFAULT_ONLY = frozenset(
-    {"event", "score", "threshold", "probability", "top_features", "gateway", "model", "log"}
+    {
+        "event",
+        "score",
+        "threshold",
+        "probability",
+        "top_features",
+        "gateway",
+        "model",
+        "log",
+        "suppressed_by",
+    }
 )
 
 _RULE_NAME = "fedep: residual energy above the threshold"
@@ -72,7 +82,8 @@ def _rule(model: dict | None) -> dict:
 
 def _alert(a: dict) -> dict:
     flagged = a.get("event") == "alert"
-    doc = _base("alert" if flagged else "event", "anomaly" if flagged else "score")
+    action = "anomaly" if flagged else str(a.get("event"))  # "score" or "suppressed"
+    doc = _base("alert" if flagged else "event", action)
     fields, rest = ecs_fields(a, DEFAULT_ONLY)
     ts = fields.pop("@timestamp", None)
     if ts is not None:
@@ -104,6 +115,8 @@ def _alert(a: dict) -> dict:
         "gateway": a.get("gateway"),
         "model": a.get("model"),
     }
+    if a.get("suppressed_by") is not None:
+        fed["suppressed_by"] = a["suppressed_by"]
     if log.get("file") is not None:
         put(doc, "log.file.path", log["file"])
     if log.get("offset") is not None:
@@ -160,7 +173,7 @@ def to_ecs(record: dict) -> dict:
     ev = record.get("event")
     if isinstance(ev, dict):
         return record
-    if ev in ("alert", "score"):
+    if ev in ("alert", "score", "suppressed"):
         return _alert(record)
     kind = {"alert_group": "alert", "window_summary": "metric"}.get(str(ev), "event")
     return _other(record, kind)

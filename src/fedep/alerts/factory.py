@@ -36,7 +36,7 @@ import pandas as pd
 
 from fedep.alerts.ecs import to_ecs
 from fedep.alerts.fields import ID_FIELDS, PORT_FIELDS, json_column
-from fedep.alerts.scoring import feature_shares, score_block
+from fedep.alerts.scoring import feature_shares, score_block_rules
 from fedep.data.errors import DataError, bad_value_error
 from fedep.detectors.columns import (
     client_ids,
@@ -44,6 +44,7 @@ from fedep.detectors.columns import (
     output_feature_names,
     used_columns,
 )
+from fedep.detectors.suppression import describe_rule
 from fedep.features import FeatureError
 
 __all__ = ["AlertFactory", "Batch", "model_identity"]
@@ -116,7 +117,15 @@ class Batch:
         ``gateway`` holds for every record).
     records : list of dict or None
         With ``score(..., all_records=True)``: one record per input record, in order:
-        the alerts, and for the others the same fields with ``"event": "score"``.
+        the alerts, and for the others the same fields with ``"event": "score"``
+        (``"suppressed"`` for a suppressed alert).
+    suppressed : list of dict
+        One per record above its threshold whose alert a benign mode learned from
+        analyst feedback suppressed (``detectors.suppression``), in record order: the
+        alert's fields with ``"event": "suppressed"`` and ``suppressed_by`` naming
+        the rule, for audit.
+    audit : list of dict
+        The alerts and the suppressed alerts, in record order.
     """
 
     n_records: int
@@ -127,6 +136,8 @@ class Batch:
     model: dict | None = None
     gateways: np.ndarray | None = field(default=None, repr=False)
     records: list[dict] | None = field(default=None, repr=False)
+    suppressed: list[dict] = field(default_factory=list, repr=False)
+    audit: list[dict] = field(default_factory=list, repr=False)
 
 
 class AlertFactory:
@@ -343,7 +354,7 @@ class AlertFactory:
         X = self._features(frame, int(first_line), source, where)
         thr = self.row_thresholds(groups, n)
         try:
-            scores, flags, probs, idx, vals = score_block(
+            scores, flags, probs, idx, vals, rules = score_block_rules(
                 self.det, X, groups, self._inputs, self.top_k, thr
             )
         except FeatureError as exc:
@@ -351,15 +362,22 @@ class AlertFactory:
                 raise DataError(source, str(exc)) from None
             raise bad_value_error(exc, source, **{where: int(exc.row)}) from None
         flagged = flags.astype(bool)
-        rows = np.arange(n) if all_records else np.flatnonzero(flagged)
+        held = rules >= 0
+        rows = np.arange(n) if all_records else np.flatnonzero(flagged | held)
         log = (source, int(first_line), where, offsets)
         made = self._records(frame, rows, flagged, scores, thr, probs, idx, vals, gws, log)
+        for i in np.flatnonzero(held[rows]).tolist():
+            made[i]["event"] = "suppressed"
+            made[i]["suppressed_by"] = describe_rule(self.det, int(rules[rows[i]]))
         if self.ecs:
             made = [to_ecs(a) for a in made]
-        if all_records:
-            alerts = [made[i] for i in np.flatnonzero(flagged).tolist()]
-            return Batch(n, scores, flagged, alerts, thr, dict(self.model), gws, made)
-        return Batch(n, scores, flagged, made, thr, dict(self.model), gws)
+        alerts = [m for m, f in zip(made, flagged[rows].tolist(), strict=True) if f]
+        quiet = [m for m, h in zip(made, held[rows].tolist(), strict=True) if h]
+        audit = [m for m, a in zip(made, (flagged | held)[rows].tolist(), strict=True) if a]
+        return Batch(
+            n, scores, flagged, alerts, thr, dict(self.model), gws,
+            made if all_records else None, quiet, audit,
+        )  # fmt: skip
 
     def _records(self, frame, rows, flagged, scores, thr, probs, idx, vals, gws, log) -> list[dict]:
         """The records of ``rows``: an alert where flagged, else ``"event": "score"``;

@@ -8,11 +8,17 @@ import numpy as np
 import pandas as pd
 
 from fedep.data._tails import top_k
+from fedep.detectors.suppression import suppressed_by
 
-__all__ = ["score_block", "feature_shares"]
+__all__ = ["score_block", "score_block_rules", "feature_shares"]
 
 
 def score_block(det, X, groups, names, k, thresholds=None):
+    """:func:`score_block_rules` without the suppression rules (the first five)."""
+    return score_block_rules(det, X, groups, names, k, thresholds)[:5]
+
+
+def score_block_rules(det, X, groups, names, k, thresholds=None):
     """Scores, 0/1 flags, anomaly probabilities and top-feature indices/values of one
     block.
 
@@ -39,12 +45,16 @@ def score_block(det, X, groups, names, k, thresholds=None):
     scores : ndarray of float64, shape (n_samples,)
         Residual energy (``decision_function``).
     flags : ndarray of int, shape (n_samples,)
-        1 where the score is above the row's threshold (``predict``'s rule).
+        1 where the score is above the row's threshold and no benign mode suppresses
+        the alert (``predict``'s rule).
     probs : ndarray of float64, shape (n_samples,)
         ``det.anomaly_probability(scores)``.
     idx, vals : ndarray of shape (n_samples, min(k, n_features)), or None when k is 0
         Column indices (into ``det.get_feature_names_out()``) and values of each row's
         largest contributions, largest first (:func:`fedep.data._tails.top_k`).
+    rules : ndarray of int64, shape (n_samples,)
+        The benign mode that suppressed the row's alert
+        (:func:`fedep.detectors.suppression.suppressed_by`), -1 for none.
     """
     frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X, columns=names, copy=False)
     idx = vals = None
@@ -58,8 +68,12 @@ def score_block(det, X, groups, names, k, thresholds=None):
     # predict()'s rule (score above the row's client threshold), without a second pass.
     if thresholds is None:
         thresholds = det.row_thresholds(groups, len(frame))
-    flags = (scores > thresholds).astype(int)
-    return scores, flags, det.anomaly_probability(scores), idx, vals
+    above = scores > thresholds
+    rules = suppressed_by(det, frame, above)
+    if rules is None:
+        rules = np.full(len(frame), -1, dtype=np.int64)
+    flags = (above & (rules < 0)).astype(int)
+    return scores, flags, det.anomaly_probability(scores), idx, vals, rules
 
 
 def feature_shares(vals: np.ndarray, scores: np.ndarray) -> np.ndarray:

@@ -447,6 +447,8 @@ def _score_chunks(det, src, fout, tails_names, args, missing) -> tuple[int, int]
 def _write_batch(fout, batch, args) -> None:
     """A batch's records (every record, or the alerts with ``--anomalies-only``)."""
     records = batch.alerts if args.anomalies_only else batch.records
+    if args.anomalies_only and batch.suppressed:  # suppressed alerts too, for audit
+        records = batch.audit
     fout.write(b"".join(encode_record(r) for r in records))
 
 

@@ -38,6 +38,7 @@ from fedep.detectors.blocks import apply_in_blocks, block_rows, client_threshold
 from fedep.detectors.blocks import check_groups as _check_groups
 from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
 from fedep.detectors.lineage import data_window
+from fedep.detectors.suppression import set_modes, suppressed_by
 from fedep.detectors.trust import describe as describe_trust
 from fedep.detectors.trust import share_estimator, trusted_blocks
 from fedep.detectors.warm import warm_input, warm_start
@@ -267,6 +268,7 @@ class BaseFederatedDetector(BaseEstimator):
             rank_reason=out.rank_reason,
         )
         self.feedback_["excluded"] = 0 if out.feedback is None else out.feedback["excluded"]
+        set_modes(self, out.benign_modes)
         self.set_client_states(out.client_states)
         self.fit_thresholds(None, gateways.standardized(out.std), order, trust=out.trust)
         self.lineage_ = {**out.lineage, "window": window}  # the window of X (its ts)
@@ -744,10 +746,11 @@ class BaseFederatedDetector(BaseEstimator):
         """0 (normal) / 1 (anomaly) using thresholds learnt from training scores.
 
         With ``groups``, a row of a known client is compared with that client's own
-        threshold (from its training scores under its personalised basis).
+        threshold (from its training scores under its personalised basis). A record
+        within a benign mode learned from feedback (``detectors.suppression``) is 0.
         """
-        s = self.decision_function(X, groups)
-        return (s > self.row_thresholds(groups, s.shape[0])).astype(int)
+        flags = (s := self.decision_function(X, groups)) > self.row_thresholds(groups, len(s))
+        return (flags & ((rule := suppressed_by(self, X, flags)) is None or rule < 0)) * 1
 
     def predict_proba(self, X, groups=None):
         """Probability of normal / anomaly per record, shape (n_samples, 2).

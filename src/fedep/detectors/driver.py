@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedep.core.benign import BenignModes
 from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
+from fedep.detectors import suppression
 from fedep.detectors import trust as trusted
 from fedep.detectors.lineage import new_lineage
 from fedep.federation.gateways import Gateways, Standardization
@@ -86,6 +88,9 @@ class FitOutcome:
         The personalised states after the rounds (``W``, ``dual``, ``ssn`` stacked in
         ``labels`` order; :func:`fedep.core.cohort.client_states`), what a later warm
         start carries; None where they stay on the gateways or for a closed form.
+    benign_modes : BenignModes or None
+        Suppression rules from the gateways' confirmed false positives
+        (:func:`fedep.detectors.suppression.learn`); None without.
     lineage : dict
         The new model's lineage (:func:`fedep.detectors.lineage.new_lineage`: a fresh
         id, the warm start's model as parent, the rows and the gateways).
@@ -105,6 +110,7 @@ class FitOutcome:
     feedback: dict | None = None
     client_states: dict | None = None
     lineage: dict = field(default_factory=dict)
+    benign_modes: BenignModes | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +278,7 @@ def fit_gateways(
         records, fit_kept, std.mean, std.scale, trust=trust
     )
     est.trust_ = trusted.finish(est, records, trust, final_std.mean, final_std.scale, V)
+    modes = suppression.learn(records, final_std, V)
     outcome = FitOutcome(
         std=final_std,
         rank=est.n_components_,
@@ -285,6 +292,7 @@ def fit_gateways(
         trust=est.trust_,
         feedback=trust.feedback,
         client_states=states,
+        benign_modes=modes,
     )
     counts = [int(m.count) for m in moments]
     outcome.lineage = new_lineage(

@@ -41,6 +41,7 @@ from flwr.common.logger import log
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fedep.core.baselines import client_sketch
+from fedep.core.benign import MODE_SUMS, BenignModes, mode_sums, residual_vectors
 from fedep.core.cohort import check_start, client_states, make_cohort
 from fedep.core.feedback import exclusion_masks
 from fedep.core.rank import client_gram
@@ -509,6 +510,13 @@ def trim(msg: Message, context: Context) -> Message:
             context.state[_FEEDBACK] = to_array_record(excluded=np.zeros_like(fb[1]), benign=fb[1])
         counts = {"attack-labels": n_labels, "excluded": n_excluded, "count": int(X.shape[0])}
         return Message(RecordDict({"count": MetricRecord(counts)}), reply_to=msg)
+    if op == "benign-sums":  # benign modes: sums of confirmed false positives' residuals
+        fb = context.state.array_records.get(_FEEDBACK)
+        none = np.zeros(Z.shape[0], dtype=bool)
+        benign = none if fb is None else arrays_of(fb)["benign"].astype(bool)
+        sums = mode_sums(residual_vectors(Z[benign], params["V"]), params["centres"])
+        content = RecordDict({"sums": to_array_record(**dict(zip(MODE_SUMS, sums, strict=True)))})
+        return Message(content, reply_to=msg)
     if op == "ppca-sums":
         count, sum_t2, sum_res = ppca_sums(Z, params["V"], keep)
         content = RecordDict(
@@ -757,6 +765,13 @@ def finalize(msg: Message, context: Context) -> Message:
     info = json.loads(str(msg.content["final"]["json"]))
     info["V"] = arr["V"]
     det = gateway_model(context, arr["components"], info)
+    if "benign" in msg.content.array_records:  # the run's benign modes, checked as on load
+        from fedep.detectors.suppression import MODE_ARRAYS, check_mode_arrays, set_modes
+
+        modes = arrays_of(msg.content["benign"])
+        modes["benign_counts_"] = np.asarray(modes["benign_counts_"], dtype=np.int64)
+        check_mode_arrays(modes, det.components_.shape[1])
+        set_modes(det, BenignModes(*(modes[k] for k in MODE_ARRAYS)))
     path = context.node_config.get("model-path")
     if path:
         from fedep.modelfile.estimator import save_model  # start-up time: see the docstring

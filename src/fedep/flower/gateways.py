@@ -581,6 +581,11 @@ class FlowerGateways:
                 "final": ConfigRecord({"json": json.dumps(jsonable(final))}),
             }
         )
+        if outcome.benign_modes is not None:  # every gateway's model suppresses the same
+            m = outcome.benign_modes
+            content["benign"] = to_array_record(
+                benign_centres_=m.centres, benign_radius2_=m.radius2, benign_counts_=m.counts
+            )
         targets = {
             self.roster.node_of[lab]: content
             for lab in clients.active

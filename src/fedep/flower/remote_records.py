@@ -14,6 +14,7 @@ import json
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
+from fedep.core.benign import MODE_SUMS
 from fedep.core.stats import Moments
 from fedep.core.trimming import add_ppca_sums
 from fedep.flower.checks import check_subset_sums, read_count
@@ -205,6 +206,23 @@ class RemoteRecords:
         if self._kept is not None and self._kept[0] == self.labels:
             return self._kept[1]
         return self.parse(self.ask("moments", "", None, None), moments_of)
+
+    def benign_sums(self, mean, scale, V, centres):
+        k, n = centres.shape
+
+        def sums_of(rep):
+            a = arrays_of(rep.content["sums"])
+            counts, sums, grams = (np.asarray(a[key]) for key in MODE_SUMS)
+            if counts.shape != (k,) or sums.shape != (k, n) or grams.shape != (k, n, n):
+                raise ValueError(f"benign-mode sums of shapes {counts.shape}, {sums.shape}")
+            if not (np.isfinite(sums).all() and np.isfinite(grams).all()) or counts.min() < 0:
+                raise ValueError("benign-mode sums not finite, or a negative count")
+            return counts.astype(np.int64), sums.astype(float), grams.astype(float)
+
+        std = {"mean": mean, "scale": scale}
+        reps = self.ask("benign-sums", "", std, {"V": V, "centres": centres})
+        parts = self.parse(reps, sums_of)
+        return tuple(sum(p[i] for p in parts) for i in range(3))
 
     def ppca_sums(self, mean, scale, V):
         r = V.shape[1]

@@ -18,6 +18,7 @@ import numpy as np
 
 from fedep import detectors
 from fedep._errors import one_line
+from fedep.detectors.suppression import MODE_ARRAYS
 from fedep.features.decide import ACTIONS, KINDS
 from fedep.features.sketches import DEFAULT_SKETCH_SIZE
 from fedep.federation.rounds import STOP_REASONS
@@ -337,7 +338,7 @@ def _check_shapes(files: dict, clients_kind: str | None) -> dict[str, int]:
     missing = [n for n in detectors.FITTED_ARRAYS if n not in files]
     if missing:
         raise ValueError(f"lacks the array(s) {missing}")
-    extra = sorted(set(files) - set(_ARRAYS))
+    extra = sorted(set(files) - set(_ARRAYS) - set(MODE_ARRAYS))
     if extra:
         raise ValueError(f"unexpected array {extra[0]!r}")
     present = {k: v for k, v in _ARRAYS.items() if k in files}

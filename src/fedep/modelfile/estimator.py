@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fedep import detectors
 from fedep._json import jsonable
+from fedep.detectors.suppression import MODE_ARRAYS, check_mode_arrays
 from fedep.features import FeaturePipeline
 from fedep.federation.rounds import stop_reason_of
 from fedep.modelfile import ModelFileError, read_model_file, write_model_file
@@ -78,6 +79,9 @@ def save_model(det, path, *, sign_key=None) -> None:
     for name in detectors.STATE_ARRAYS:
         if getattr(det, name, None) is not None:
             arrays[name] = np.asarray(getattr(det, name), dtype=float)
+    for name in MODE_ARRAYS:
+        if getattr(det, name, None) is not None:
+            arrays[name] = np.asarray(getattr(det, name))
     params = det.get_params(deep=False)
     params.pop("callback", None)
     if isinstance(params.get("features"), FeaturePipeline):
@@ -184,8 +188,10 @@ def _check_manifest(meta: dict, manifest: dict) -> None:
     of bounded size (:meth:`~fedep.detectors.base.BaseFederatedDetector.scoring_block_rows`).
     """
     cls, sc = _check_meta(meta)
-    size = _check_shapes(declared_arrays(manifest), sc.get("clients_kind"))
+    declared = declared_arrays(manifest)
+    size = _check_shapes(declared, sc.get("clients_kind"))
     n, r = size["n_features"], size["n_components"]
+    check_mode_arrays(declared, n)
     data = meta.get("features")
     if data is None:
         n_model, what = sc["n_features_in_"], "scalars['n_features_in_']"
@@ -254,6 +260,10 @@ def _detector_from(meta: dict, files: dict):
     for name in detectors.STATE_ARRAYS:
         if name in files:
             setattr(det, name, np.asarray(files[name], dtype=float))
+    check_mode_arrays(files, det.components_.shape[1])
+    for name in MODE_ARRAYS:
+        if name in files:
+            setattr(det, name, np.asarray(files[name]))
     if meta.get("lineage") is not None:
         _check_lineage(meta["lineage"])
         det.lineage_ = meta["lineage"]

@@ -1,0 +1,109 @@
+"""Benign modes (``fedep.core.benign``) against independent NumPy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedep.core.benign import (
+    BenignModes,
+    learn_modes,
+    mode_sums,
+    residual_vectors,
+    suppressing_mode,
+)
+
+
+def _clusters(rng, n=12, k=3, m=20, spread=0.05):
+    """``k`` tight clusters of ``m`` records each, far apart (n features)."""
+    centres = 10.0 * rng.standard_normal((k, n))
+    X = np.vstack([c + spread * rng.standard_normal((m, n)) for c in centres])
+    return X, centres
+
+
+def test_mode_sums_is_a_loop_over_records():
+    rng = np.random.default_rng(0)
+    R = rng.standard_normal((57, 6))
+    C = rng.standard_normal((4, 6))
+    counts, sums, grams = mode_sums(R, C)
+    ref_c, ref_s, ref_g = np.zeros(4), np.zeros((4, 6)), np.zeros((4, 6, 6))
+    for x in R:  # nearest centre by an explicit distance, record by record
+        j = int(np.argmin([np.sum((x - c) ** 2) for c in C]))
+        ref_c[j] += 1
+        ref_s[j] += x
+        ref_g[j] += np.outer(x, x)
+    np.testing.assert_array_equal(counts, ref_c)
+    np.testing.assert_allclose(sums, ref_s, atol=1e-12)
+    np.testing.assert_allclose(grams, ref_g, atol=1e-12)
+    empty = mode_sums(np.empty((0, 6)), C)
+    assert empty[0].sum() == 0 and empty[2].shape == (4, 6, 6)
+
+
+def test_residual_vectors_are_orthogonal_to_the_basis():
+    rng = np.random.default_rng(1)
+    V = np.linalg.qr(rng.standard_normal((8, 3)))[0]
+    Z = rng.standard_normal((30, 8))
+    R = residual_vectors(Z, V)
+    np.testing.assert_allclose(R @ V, 0.0, atol=1e-12)
+    np.testing.assert_allclose(R + (Z @ V) @ V.T, Z, atol=1e-12)
+
+
+def test_learn_modes_finds_separated_groups_from_sums_only():
+    rng = np.random.default_rng(2)
+    X, centres = _clusters(rng)
+    modes = learn_modes(lambda C: mode_sums(X, C), X.shape[1], max_modes=3)
+    assert modes.centres.shape == (3, X.shape[1])
+    # each learned centre is one cluster's mean, each cluster found once
+    d = ((modes.centres[:, None, :] - centres[None]) ** 2).sum(-1)
+    assert sorted(d.argmin(axis=1).tolist()) == [0, 1, 2]
+    assert d.min(axis=1).max() < 0.05
+    np.testing.assert_array_equal(np.sort(modes.counts), [20, 20, 20])
+    # radius^2 = MODE_RADIUS (1) x the mean squared distance of its records to its centre
+    near = ((X[:, None, :] - modes.centres[None]) ** 2).sum(-1).argmin(axis=1)
+    for j, r2 in enumerate(modes.radius2):
+        own = X[near == j]
+        assert r2 == pytest.approx(((own - own.mean(0)) ** 2).sum(1).mean(), rel=1e-9)
+
+
+def test_learn_modes_sums_over_gateways_equal_the_pooled_records():
+    rng = np.random.default_rng(3)
+    X, _ = _clusters(rng, k=4, m=15)
+    parts = np.array_split(rng.permutation(X.shape[0]), 5)  # five gateways
+
+    def federated(C):
+        sums = [mode_sums(X[p], C) for p in parts]
+        return tuple(sum(s[i] for s in sums) for i in range(3))
+
+    a = learn_modes(federated, X.shape[1])
+    b = learn_modes(lambda C: mode_sums(X, C), X.shape[1])
+    np.testing.assert_allclose(a.centres, b.centres, atol=1e-10)
+    np.testing.assert_allclose(a.radius2, b.radius2, rtol=1e-9)
+    np.testing.assert_array_equal(a.counts, b.counts)
+    assert a.centres.shape[0] <= 8 and (a.counts >= 5).all()
+
+
+def test_learn_modes_needs_min_records_and_caps_modes():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((4, 5))
+    assert learn_modes(lambda C: mode_sums(X, C), 5) is None  # 4 < MIN_MODE_RECORDS
+    X, _ = _clusters(rng, k=6, m=12)
+    modes = learn_modes(lambda C: mode_sums(X, C), X.shape[1], max_modes=2)
+    assert modes.centres.shape[0] == 2
+    modes = learn_modes(lambda C: mode_sums(X, C), X.shape[1], min_records=7)
+    assert (modes.counts >= 7).all()  # a cluster of 12 never splits into groups under 7
+
+
+def test_suppressing_mode_is_the_nearest_ball_that_holds_the_record():
+    rng = np.random.default_rng(5)
+    C = rng.standard_normal((3, 4)) * 3
+    r2 = np.array([0.5, 2.0, 1.0])
+    modes = BenignModes(C, r2, np.array([5, 6, 7]))
+    R = np.vstack([C + 0.3 * rng.standard_normal((3, 4)) for _ in range(20)])
+    R = np.vstack([R, rng.standard_normal((40, 4)) * 4])
+    got = suppressing_mode(R, modes)
+    for x, g in zip(R, got, strict=True):
+        ratio = [np.sum((x - c) ** 2) / r for c, r in zip(C, r2, strict=True)]
+        j = int(np.argmin(ratio))
+        assert g == (j if ratio[j] <= 1.0 else -1)
+    assert (got >= 0).any() and (got < 0).any()
+    assert suppressing_mode(np.empty((0, 4)), modes).shape == (0,)
