@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fedep.cli.training import load_training
+from fedep.core.benign import MIN_MODE_RECORDS
 from fedep.data.errors import DataError
 from fedep.data.feedback import read_feedback
 
@@ -143,5 +144,17 @@ def describe_trust(det) -> list[str]:
             f"feedback: {fb['attack_labels']} attack labels excluded {fb.get('excluded', 0)} "
             f"records from the fit; {fb['benign_labels']} benign labels kept their records "
             "from trimming"
+        )
+    counts = getattr(det, "benign_counts_", None)
+    if counts is not None:
+        out.append(
+            f"feedback: {len(counts)} suppression rules (benign modes of "
+            f"{', '.join(str(int(c)) for c in counts)} confirmed false positives): alerts "
+            "within one are suppressed and name it (docs/reference.md)"
+        )
+    elif fb.get("benign_labels"):
+        out.append(
+            f"feedback: no suppression rule: {fb['benign_labels']} benign labels, fewer than "
+            f"{MIN_MODE_RECORDS} in a mode"
         )
     return out
