@@ -130,3 +130,56 @@ def test_subset_sums_replies_are_checked():
         check_subset_sums(20, Z.sum(0)[:3], Z.T @ Z, 4, None)
     with pytest.raises(ValueError, match="declared 19"):
         check_subset_sums(20, Z.sum(0), Z.T @ Z, 4, 19)
+
+
+def test_benign_modes_over_flower_are_the_inprocess_modes(tmp_path):
+    """Confirmed false positives (a benign mode off the subspace, 8 per gateway) give
+    every gateway's model the in-process fit's suppression rules, from sums only."""
+    rng = np.random.default_rng(11)
+    B = np.linalg.qr(rng.standard_normal((N_FEAT, 3)))[0]
+    odd = rng.standard_normal(N_FEAT)
+    odd -= B @ (B.T @ odd)
+    odd *= 2.5 / np.linalg.norm(odd)
+    cols = [f"f{j}" for j in range(N_FEAT)]
+    cfgs, Xs = [], []
+    for i in range(3):
+        m = 150 + 10 * i
+        X = (rng.standard_normal((m, 3)) * [3.0, 2.0, 1.0]) @ B.T
+        X += 0.2 * rng.standard_normal((m, N_FEAT))
+        X[:12] += odd + 0.1 * rng.standard_normal((12, N_FEAT))
+        path = tmp_path / f"gw-{i}.csv"
+        pd.DataFrame(X, columns=cols).to_csv(path, index=False)
+        fb = tmp_path / f"fb-{i}.csv"
+        fb.write_text("row,label\n" + "".join(f"{j},benign\n" for j in range(8)))
+        cfgs.append({"data-path": str(path), "client-label": str(i), "feedback-path": str(fb),
+                     "model-path": str(tmp_path / f"gw-{i}.fedep")})  # fmt: skip
+        Xs.append(X)
+    params = {"n_components": R, "tol": 0.0, "random_state": 4, "features": "numeric",
+              "n_rounds": 3}  # fmt: skip
+    rc = {"method": "fedep", **{k.replace("_", "-"): v for k, v in params.items()}}
+    res, grid = run_local(cfgs, rc)
+    X = np.vstack([load_gateway_data(c)[0] for c in cfgs])
+    groups = np.repeat(np.arange(3), [len(x) for x in Xs])
+    fb = np.full(X.shape[0], "", dtype=object)
+    start = np.r_[0, np.cumsum([len(x) for x in Xs])]
+    for i in range(3):
+        fb[start[i] : start[i] + 8] = "benign"
+    det = FedEP(**params).fit(X, groups=groups, feedback=fb)
+    assert res.benign_modes is not None and det.benign_centres_.shape[0] >= 1
+    assert det.benign_counts_.sum() == 24
+    np.testing.assert_array_equal(res.benign_modes.counts, det.benign_counts_)
+    np.testing.assert_allclose(res.benign_modes.centres, det.benign_centres_, atol=1e-8)
+    np.testing.assert_allclose(res.benign_modes.radius2, det.benign_radius2_, rtol=1e-8)
+    for i in range(3):  # each gateway's model file suppresses with the same rules
+        m = load(tmp_path / f"gw-{i}.fedep")
+        np.testing.assert_allclose(m.benign_centres_, det.benign_centres_, atol=1e-8)
+    # the gateways' benign-mode replies are per-centre counts, sums and Gram matrices
+    replies = [
+        msg.content["sums"]
+        for _n, msg in grid.sent
+        if msg.metadata.message_type == "query.trim"
+        and msg.has_content()
+        and "sums" in msg.content.array_records
+        and "grams" in msg.content["sums"]
+    ]
+    assert replies and all(set(r) == {"counts", "sums", "grams"} for r in replies)

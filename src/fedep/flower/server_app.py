@@ -208,6 +208,7 @@ def run_federation(
     # The pipeline's decisions and scaling (``FeaturePipeline.to_dict()``; None without).
     res.features = None if out.features is None else out.features.to_dict()
     res.rank_reason = out.rank_reason
+    res.benign_modes = out.benign_modes  # the suppression rules every gateway's model holds
     res.privacy = None if privacy is None else privacy.report()
     if privacy is not None:
         log(INFO, "fedep: differential privacy: epsilon %.4g at delta %.3g (%d releases)",
