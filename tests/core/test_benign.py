@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from fedep.core.benign import (
+    MODE_RADIUS,
     BenignModes,
     learn_modes,
     mode_sums,
-    residual_vectors,
     suppressing_mode,
 )
 
@@ -39,15 +39,6 @@ def test_mode_sums_is_a_loop_over_records():
     assert empty[0].sum() == 0 and empty[2].shape == (4, 6, 6)
 
 
-def test_residual_vectors_are_orthogonal_to_the_basis():
-    rng = np.random.default_rng(1)
-    V = np.linalg.qr(rng.standard_normal((8, 3)))[0]
-    Z = rng.standard_normal((30, 8))
-    R = residual_vectors(Z, V)
-    np.testing.assert_allclose(R @ V, 0.0, atol=1e-12)
-    np.testing.assert_allclose(R + (Z @ V) @ V.T, Z, atol=1e-12)
-
-
 def test_learn_modes_finds_separated_groups_from_sums_only():
     rng = np.random.default_rng(2)
     X, centres = _clusters(rng)
@@ -58,11 +49,12 @@ def test_learn_modes_finds_separated_groups_from_sums_only():
     assert sorted(d.argmin(axis=1).tolist()) == [0, 1, 2]
     assert d.min(axis=1).max() < 0.05
     np.testing.assert_array_equal(np.sort(modes.counts), [20, 20, 20])
-    # radius^2 = MODE_RADIUS (1) x the mean squared distance of its records to its centre
+    # radius^2 = MODE_RADIUS x the mean squared distance of its records to its centre
     near = ((X[:, None, :] - modes.centres[None]) ** 2).sum(-1).argmin(axis=1)
     for j, r2 in enumerate(modes.radius2):
         own = X[near == j]
-        assert r2 == pytest.approx(((own - own.mean(0)) ** 2).sum(1).mean(), rel=1e-9)
+        msd = ((own - own.mean(0)) ** 2).sum(1).mean()
+        assert r2 == pytest.approx(MODE_RADIUS * msd, rel=1e-9)
 
 
 def test_learn_modes_sums_over_gateways_equal_the_pooled_records():

@@ -1,16 +1,17 @@
 """Benign modes: suppression rules learned from confirmed false positives.
 
 Security tools turn triaged false positives into allow-list rules. Here a rule is a
-*benign mode*: a ball in the model's residual space (the part of a standardised record
-that the subspace does not explain, :func:`residual_vectors`) around the mean of a
-group of at least :data:`MIN_MODE_RECORDS` confirmed-benign records. A record whose
-residual lies within a mode's radius has its alert suppressed, and the alert names the
-mode (:func:`suppressing_mode`).
+*benign mode*: a ball in the model's standardised feature space around the mean of a
+group of at least :data:`MIN_MODE_RECORDS` confirmed-benign records. A record within a
+mode's radius has its alert suppressed, and the alert names the mode
+(:func:`suppressing_mode`). (The position in the scaled feature space was chosen over
+the residual vector off the subspace on the training split: docs/reference.md.)
 
 The modes are learned from sums only (:func:`learn_modes`): each gateway answers, for
-the current centres, the count, sum and Gram matrix of its confirmed-benign residuals
-nearest each centre (:func:`mode_sums`); the server splits the widest group along its
-principal direction and moves the centres (the LBG form of k-means) until
+the current centres, the count, sum and Gram matrix of its standardised
+confirmed-benign records nearest each centre (:func:`mode_sums`); the server splits
+the widest group along its principal direction and moves the centres (the LBG form of
+k-means) until
 :data:`MAX_MODES` groups or no group can split into two of at least
 :data:`MIN_MODE_RECORDS`. No record leaves its gateway; a centre is a mean of at least
 :data:`MIN_MODE_RECORDS` records.
@@ -30,7 +31,6 @@ __all__ = [
     "LLOYD_STEPS",
     "MODE_SUMS",
     "BenignModes",
-    "residual_vectors",
     "mode_sums",
     "learn_modes",
     "suppressing_mode",
@@ -42,7 +42,7 @@ MAX_MODES = 8
 MIN_MODE_RECORDS = 5
 #: A mode's squared radius is ``MODE_RADIUS`` times its records' mean squared distance
 #: to its centre (chosen on the training split: docs/reference.md).
-MODE_RADIUS = 1.0
+MODE_RADIUS = 0.5
 #: Lloyd steps after each split.
 LLOYD_STEPS = 5
 #: The names of :func:`mode_sums`' three sums (in messages).
@@ -56,7 +56,7 @@ class BenignModes:
     Attributes
     ----------
     centres : ndarray of shape (k, n_features)
-        Each mode's centre in the residual space of the standardised features.
+        Each mode's centre in the standardised features.
     radius2 : ndarray of shape (k,)
         Each mode's squared radius (> 0).
     counts : ndarray of int, shape (k,)
@@ -69,12 +69,6 @@ class BenignModes:
 
     def as_dict(self) -> dict:
         return {"centres": self.centres, "radius2": self.radius2, "counts": self.counts}
-
-
-def residual_vectors(Z: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """``Z - (Z V) V^T``: the residuals (N, n) of standardised records ``Z`` (N, n) off
-    the orthonormal basis ``V`` (n, r)."""
-    return Z - (Z @ V) @ V.T
 
 
 def _nearest(R: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +84,8 @@ def _nearest(R: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def mode_sums(R: np.ndarray, centres: np.ndarray):
-    """One gateway's sums of its confirmed-benign residuals ``R`` (N, n) per nearest
-    centre of ``centres`` (k, n): counts (k,), sums (k, n) and Gram matrices (k, n, n)."""
+    """One gateway's sums of its standardised confirmed-benign records ``R`` (N, n) per
+    nearest centre of ``centres`` (k, n): counts (k,), sums (k, n) and Gram matrices (k, n, n)."""
     k, n = centres.shape
     counts = np.zeros(k, dtype=np.int64)
     sums = np.zeros((k, n))
@@ -127,7 +121,7 @@ def learn_modes(
     ----------
     stats : callable
         ``stats(centres)`` -> ``(counts (k,), sums (k, n), grams (k, n, n))`` of every
-        gateway's confirmed-benign residuals per nearest centre, summed over the
+        gateway's standardised confirmed-benign records per nearest centre, summed over the
         gateways (:func:`mode_sums`).
     n_features : int
     max_modes, min_records, radius, lloyd_steps
@@ -187,7 +181,7 @@ def learn_modes(
 
 
 def suppressing_mode(R: np.ndarray, modes: BenignModes) -> np.ndarray:
-    """The mode that suppresses each residual of ``R`` (N, n): the index of the nearest
+    """The mode that suppresses each standardised record of ``R`` (N, n): the index of the nearest
     centre whose ball holds it (by squared distance over squared radius), -1 for none;
     shape (N,)."""
     if R.shape[0] == 0 or modes.centres.shape[0] == 0:

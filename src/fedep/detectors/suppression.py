@@ -2,7 +2,7 @@
 
 After the fit, the one fit driver (:func:`fedep.detectors.driver.fit_gateways`) learns
 the gateways' benign modes (:func:`learn`; :mod:`fedep.core.benign`) from their
-confirmed false positives, by sums only, in the final model's residual space. At
+confirmed false positives, by sums only, in the final model's standardised features. At
 scoring time a record whose residual lies within a mode has its alert suppressed:
 :func:`suppressed_by` names the rule (its index in ``benign_modes_``), ``predict`` and
 ``fedep score`` / ``fedep watch`` do not flag it, and the alert record says which rule
@@ -25,7 +25,6 @@ from fedep.core.benign import (
     MIN_MODE_RECORDS,
     BenignModes,
     learn_modes,
-    residual_vectors,
     suppressing_mode,
 )
 
@@ -41,29 +40,28 @@ __all__ = [
 ]
 
 #: The fitted arrays of the benign modes (all three, or none): centres
-#: (n_modes, n_features) in the residual space of the standardised features, squared
+#: (n_modes, n_features) in the model's standardised features, squared
 #: radii (n_modes,) and the confirmed-benign records of each (n_modes,).
 MODE_ARRAYS = ("benign_centres_", "benign_radius2_", "benign_counts_")
 
 
-def learn(records, std, V: np.ndarray) -> BenignModes | None:
+def learn(records, std) -> BenignModes | None:
     """The gateways' benign modes under the final model, or None (no transport support,
     or fewer than :data:`MIN_MODE_RECORDS` confirmed false positives).
 
     Parameters
     ----------
     records : TrimRecords
-        With ``benign_sums(mean, scale, V, centres)``: every gateway's
-        :func:`fedep.core.benign.mode_sums` of its confirmed-benign residuals, summed.
+        With ``benign_sums(mean, scale, centres)``: every gateway's
+        :func:`fedep.core.benign.mode_sums` of its standardised confirmed-benign
+        records, summed.
     std : Standardization
         The final standardisation.
-    V : ndarray of shape (n_features, n_components)
-        The final global basis.
     """
     ask = getattr(records, "benign_sums", None)
     if ask is None or not getattr(records, "has_feedback", True):
         return None
-    return learn_modes(lambda C: ask(std.mean, std.scale, V, C), V.shape[0])
+    return learn_modes(lambda C: ask(std.mean, std.scale, C), std.mean.shape[0])
 
 
 def modes_of(det) -> BenignModes | None:
@@ -85,9 +83,8 @@ def set_modes(det, modes: BenignModes | None) -> None:
     det.benign_counts_ = np.asarray(modes.counts, dtype=np.int64)
 
 
-def _residuals(det, X) -> np.ndarray:
-    Z = det._transform_input(X)
-    return residual_vectors(Z, det.components_.T)
+def _standardized(det, X) -> np.ndarray:
+    return det._transform_input(X)
 
 
 def _rows(X, rows: np.ndarray):
@@ -117,7 +114,7 @@ def suppressed_by(det, X, flagged: np.ndarray | None = None) -> np.ndarray | Non
     step = det.scoring_block_rows()
     for i in range(0, todo.size, step):
         rows = todo[i : i + step]
-        out[rows] = suppressing_mode(_residuals(det, _rows(X, rows)), modes)
+        out[rows] = suppressing_mode(_standardized(det, _rows(X, rows)), modes)
     return out
 
 
@@ -131,7 +128,7 @@ def suppressed_scores(det, X, groups=None) -> np.ndarray:
     if modes is None:
         return s
     t = det.row_thresholds(groups, s.shape[0])
-    R = _residuals(det, X)
+    R = _standardized(det, X)
     C = modes.centres
     d2 = np.einsum("ij,ij->i", R, R)[:, None] - 2.0 * R @ C.T + np.einsum("ij,ij->i", C, C)[None, :]
     ratio = (np.maximum(d2, 0.0) / modes.radius2[None, :]).min(axis=1)

@@ -41,7 +41,7 @@ from flwr.common.logger import log
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fedep.core.baselines import client_sketch
-from fedep.core.benign import MODE_SUMS, BenignModes, mode_sums, residual_vectors
+from fedep.core.benign import MODE_SUMS, BenignModes, mode_sums
 from fedep.core.cohort import check_start, client_states, make_cohort
 from fedep.core.feedback import exclusion_masks
 from fedep.core.rank import client_gram
@@ -510,11 +510,11 @@ def trim(msg: Message, context: Context) -> Message:
             context.state[_FEEDBACK] = to_array_record(excluded=np.zeros_like(fb[1]), benign=fb[1])
         counts = {"attack-labels": n_labels, "excluded": n_excluded, "count": int(X.shape[0])}
         return Message(RecordDict({"count": MetricRecord(counts)}), reply_to=msg)
-    if op == "benign-sums":  # benign modes: sums of confirmed false positives' residuals
+    if op == "benign-sums":  # benign modes: sums of confirmed false positives
         fb = context.state.array_records.get(_FEEDBACK)
         none = np.zeros(Z.shape[0], dtype=bool)
         benign = none if fb is None else arrays_of(fb)["benign"].astype(bool)
-        sums = mode_sums(residual_vectors(Z[benign], params["V"]), params["centres"])
+        sums = mode_sums(Z[benign], params["centres"])
         content = RecordDict({"sums": to_array_record(**dict(zip(MODE_SUMS, sums, strict=True)))})
         return Message(content, reply_to=msg)
     if op == "ppca-sums":

@@ -207,7 +207,7 @@ class RemoteRecords:
             return self._kept[1]
         return self.parse(self.ask("moments", "", None, None), moments_of)
 
-    def benign_sums(self, mean, scale, V, centres):
+    def benign_sums(self, mean, scale, centres):
         k, n = centres.shape
 
         def sums_of(rep):
@@ -220,7 +220,7 @@ class RemoteRecords:
             return counts.astype(np.int64), sums.astype(float), grams.astype(float)
 
         std = {"mean": mean, "scale": scale}
-        reps = self.ask("benign-sums", "", std, {"V": V, "centres": centres})
+        reps = self.ask("benign-sums", "", std, {"centres": centres})
         parts = self.parse(reps, sums_of)
         return tuple(sum(p[i] for p in parts) for i in range(3))
 
