@@ -127,6 +127,7 @@ def run(args) -> list[dict]:
                 groups = rng.integers(0, args.n_clients, X.shape[0])
                 for m in args.methods:
                     base = base_recall = None
+                    fitted: dict = {}
                     for setting in args.settings:
                         kw: dict = {}
                         if setting.startswith("ref"):
@@ -141,8 +142,11 @@ def run(args) -> list[dict]:
                             # repeated weekly triage: fit, triage 200, refit, ...
                             fb = np.full(X.shape[0], "", dtype=object)
                             prev = base
-                            for _week in range(int(setting[3:]) - 1):
+                            for week in range(int(setting[3:]) - 1):
                                 fb = _triage(prev, X, y, fb, 200)
+                                if week == 0 and "fb200" in fitted:  # that week's fit
+                                    prev = fitted["fb200"]
+                                    continue
                                 prev = METHODS[m](args.rank, seed, **kw)
                                 with warnings.catch_warnings():
                                     warnings.simplefilter("ignore")
@@ -161,6 +165,7 @@ def run(args) -> list[dict]:
                             warnings.simplefilter("ignore")
                             est.fit(X, groups=groups, **fit_kw)
                         fit_s = time.perf_counter() - t0
+                        fitted[setting] = est
                         if setting == "none":
                             base = est
                             base_recall = None
