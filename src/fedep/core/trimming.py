@@ -32,7 +32,6 @@ from typing import Protocol
 import numpy as np
 
 from fedep.core._linalg import thin_svd
-from fedep.core.benign import mode_sums
 from fedep.core.feedback import exclusion_masks
 from fedep.core.scoring import residual_energy
 from fedep.core.stats import (
@@ -499,11 +498,6 @@ class TrimRecords(Protocol):
     def ppca_sums(self, mean, scale, V):
         """The gateways' :func:`ppca_sums`, summed in gateway order."""
 
-    def benign_sums(self, mean, scale, centres):
-        """The gateways' :func:`fedep.core.benign.mode_sums` of their standardised
-        confirmed false positives per nearest centre of ``centres`` (k, n), summed in
-        gateway order: counts (k,), sums (k, n), Gram matrices (k, n, n)."""
-
 
 class LocalRecords:
     """:class:`TrimRecords` over blocks held in this process (``fit``).
@@ -596,12 +590,6 @@ class LocalRecords:
         Z = self.standardized(mean, scale)
         keep = self.keep or [None] * len(Z)
         return add_ppca_sums(ppca_sums(z, V, k) for z, k in zip(Z, keep, strict=True))
-
-    def benign_sums(self, mean, scale, centres):
-        Z = self.standardized(mean, scale)
-        benign = self.benign or [np.zeros(z.shape[0], dtype=bool) for z in Z]
-        parts = [mode_sums(z[b], centres) for z, b in zip(Z, benign, strict=True)]
-        return tuple(sum(p[i] for p in parts) for i in range(3))
 
 
 def add_ppca_sums(parts):

@@ -278,7 +278,7 @@ def fit_gateways(
         records, fit_kept, std.mean, std.scale, trust=trust
     )
     est.trust_ = trusted.finish(est, records, trust, final_std.mean, final_std.scale, V)
-    modes = suppression.learn(records, final_std)
+    modes = suppression.learn(gateways, final_std)
     outcome = FitOutcome(
         std=final_std,
         rank=est.n_components_,

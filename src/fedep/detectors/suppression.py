@@ -45,23 +45,23 @@ __all__ = [
 MODE_ARRAYS = ("benign_centres_", "benign_radius2_", "benign_counts_")
 
 
-def learn(records, std) -> BenignModes | None:
+def learn(gateways, std) -> BenignModes | None:
     """The gateways' benign modes under the final model, or None (no transport support,
     or fewer than :data:`MIN_MODE_RECORDS` confirmed false positives).
 
     Parameters
     ----------
-    records : TrimRecords
-        With ``benign_sums(mean, scale, centres)``: every gateway's
+    gateways : Gateways
+        Their ``benign_sums(std, centres)`` (every gateway's
         :func:`fedep.core.benign.mode_sums` of its standardised confirmed-benign
-        records, summed.
+        records, summed) and ``records().has_feedback``.
     std : Standardization
         The final standardisation.
     """
-    ask = getattr(records, "benign_sums", None)
-    if ask is None or not getattr(records, "has_feedback", True):
+    ask = getattr(gateways, "benign_sums", None)
+    if ask is None or not getattr(gateways.records(), "has_feedback", True):
         return None
-    return learn_modes(lambda C: ask(std.mean, std.scale, C), std.mean.shape[0])
+    return learn_modes(lambda C: ask(std, C), std.mean.shape[0])
 
 
 def modes_of(det) -> BenignModes | None:

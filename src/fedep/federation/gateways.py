@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fedep.core.baselines import client_sketch
+from fedep.core.benign import mode_sums
 from fedep.core.cohort import client_states, make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import Moments, client_moments, combine_moments
@@ -101,6 +102,11 @@ class Gateways(Protocol):
 
     def records(self) -> TrimRecords:
         """Record trimming's view of the gateways (count and sum queries only)."""
+
+    def benign_sums(self, std: Standardization, centres: np.ndarray) -> tuple:
+        """The gateways' :func:`fedep.core.benign.mode_sums` of their standardised
+        confirmed false positives per nearest centre of ``centres`` (k, n), summed in
+        gateway order: counts (k,), sums (k, n), Gram matrices (k, n, n)."""
 
     def setup(
         self, std: Standardization, setup: GatewaySetup, start: dict | None = None
@@ -211,6 +217,12 @@ class LocalGateways:
     def standardized(self, std: Standardization) -> list[np.ndarray]:
         """Every record of each gateway, standardised (kept for the next call)."""
         return self._records.standardized(std.mean, std.scale)
+
+    def benign_sums(self, std: Standardization, centres: np.ndarray) -> tuple:
+        Z = self.standardized(std)
+        benign = self._records.benign or [np.zeros(z.shape[0], dtype=bool) for z in Z]
+        parts = [mode_sums(z[b], centres) for z, b in zip(Z, benign, strict=True)]
+        return tuple(sum(p[i] for p in parts) for i in range(3))
 
     def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
         return self._records.kept(self.standardized(std))

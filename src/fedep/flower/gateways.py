@@ -484,6 +484,9 @@ class FlowerGateways:
             self._records.has_feedback = bool(knows.get("feedback", True))
         return self._records
 
+    def benign_sums(self, std: Standardization, centres: np.ndarray) -> tuple:
+        return self.records().benign_sums(std.mean, std.scale, centres)
+
     def setup(
         self, std: Standardization, setup: GatewaySetup, start: dict | None = None
     ) -> list[np.ndarray] | None:
