@@ -267,9 +267,11 @@ def summarize(paths) -> str:
 def feedback_table(paths) -> str:
     """Markdown: the feedback settings, one row per dataset, method and share (mean over
     seeds): ROC AUC and FPR / recall at the model's own threshold of ``none`` and
-    ``fb200``, the FPR at ``none``'s recall of ``fb50``, ``fb200`` and ``fball``, and
-    whether ``fb200`` cut ``none``'s FPR by a third at that recall. Only the seeds with
-    every setting of their cell count (a run cut short leaves some out)."""
+    ``fb200`` (with its suppression rules), the FPR at ``none``'s recall of ``fb200``
+    without the rules (``*_plain``: the fit's exclusions alone) and with them, and of
+    ``fbw2`` / ``fball`` where run, the test attacks the rules suppressed, and whether
+    ``fb200`` cut ``none``'s FPR by a third at that recall. Only the seeds with every
+    setting of their cell count (a run cut short leaves some out)."""
     rows = [r for p in paths for r in json.load(open(p))["rows"]]
     runs: dict = {}
     for r in rows:
@@ -287,21 +289,29 @@ def feedback_table(paths) -> str:
         v = [r[f] for r in cells.get(k, []) if r.get(f) is not None]
         return float(np.mean(v)) if v else float("nan")
 
+    def show(v, fmt=".4f"):
+        return "-" if v != v else format(v, fmt)
+
     out = [
         "| dataset | method | attacks | seeds | ROC AUC none / fb200 | FPR / recall none "
-        "| FPR / recall fb200 | FPR at equal recall fb50 / fb200 / fball | cut by a third |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| FPR / recall fb200 | FPR at equal recall fb200 without / with rules "
+        "| fbw2 / fball | attacks suppressed | cut by a third |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for ds, m, share in sorted({k[:3] for k in cells}):
         none, fb = (ds, m, share, "none"), (ds, m, share, "fb200")
-        eq = [mean((ds, m, share, s), "fpr_at_base_recall") for s in ("fb50", "fb200", "fball")]
-        ok = "yes" if eq[1] <= mean(none, "fpr") * 2 / 3 else "no"
+        eq = mean(fb, "fpr_at_base_recall")
+        plain = mean(fb, "fpr_at_base_recall_plain")
+        plain = eq if plain != plain else plain  # no rule learned: the same model
+        more = [mean((ds, m, share, s), "fpr_at_base_recall") for s in ("fbw2", "fball")]
+        ok = "yes" if eq <= mean(none, "fpr") * 2 / 3 else "no"
         out.append(
             f"| {ds} | {m} | {100 * share:.0f} % | {len(cells.get(none, []))} "
-            f"| {mean(none, 'roc_auc'):.4f} / {mean(fb, 'roc_auc'):.4f} "
-            f"| {mean(none, 'fpr'):.4f} / {mean(none, 'recall'):.3f} "
-            f"| {mean(fb, 'fpr'):.4f} / {mean(fb, 'recall'):.3f} "
-            f"| {' / '.join('-' if v != v else f'{v:.4f}' for v in eq)} | {ok if share else '-'} |"
+            f"| {show(mean(none, 'roc_auc'))} / {show(mean(fb, 'roc_auc'))} "
+            f"| {show(mean(none, 'fpr'))} / {show(mean(none, 'recall'), '.3f')} "
+            f"| {show(mean(fb, 'fpr'))} / {show(mean(fb, 'recall'), '.3f')} "
+            f"| {show(plain)} / {show(eq)} | {' / '.join(show(v) for v in more)} "
+            f"| {show(mean(fb, 'suppressed_attacks'), '.3f')} | {ok if share else '-'} |"
         )
     return "\n".join(out)
 
