@@ -544,19 +544,13 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        df = _as_frame(X)
-        codes, k = _group_codes(groups, len(df))
-        self.fit_from_summaries([self.summarize(f) for f in _gateway_frames(df, codes, k)])
-        if self.scale_rule is not None:
-            self.fit_scaling([self.gateway_moments(f) for f in _gateway_frames(df, codes, k)])
+        self._fit_encoded(X, groups, keep=False)
         return self
 
     def fit_transform(self, X: pd.DataFrame, y=None, groups=None) -> np.ndarray:
         """:meth:`fit`, then :meth:`transform` of ``X``, encoding every row once.
 
-        The same array as ``fit(X, groups=groups).transform(X)``: each gateway's
-        moments (round 2) are those of its rows of the encoded table, which are the
-        rows its own frame encodes to.
+        The same array as ``fit(X, groups=groups).transform(X)``.
 
         Parameters
         ----------
@@ -569,9 +563,27 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples, n_features_out), float64
         """
+        Z = self._fit_encoded(X, groups, keep=True)
+        _center_scale(Z, self.mean_, self.scale_)
+        return Z
+
+    def _fit_encoded(self, X: pd.DataFrame, groups, keep: bool) -> np.ndarray | None:
+        """The two federated rounds of :meth:`fit`, encoding every row once.
+
+        Each gateway's moments (round 2) are those of its rows of the encoded table,
+        which are the rows its own frame encodes to (:meth:`gateway_moments`).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features_out), float64, or None
+            The encoded (unscaled) table; None when ``keep`` is false and no scaling
+            needed it.
+        """
         df = _as_frame(X)
         codes, k = _group_codes(groups, len(df))
         self.fit_from_summaries([self.summarize(f) for f in _gateway_frames(df, codes, k)])
+        if self.scale_rule is None and not keep:
+            return None
         Z = self.encode(df)
         del df
         if self.scale_rule is not None:
@@ -579,7 +591,6 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 self.fit_scaling([client_moments(Z)])
             else:
                 self.fit_scaling([client_moments(Z[codes == j]) for j in range(k)])
-        _center_scale(Z, self.mean_, self.scale_)
         return Z
 
     # ------------------------------------------------------------------ transform
