@@ -489,6 +489,25 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         """Round 2 on one gateway: moments of its encoded (unscaled) features."""
         return client_moments(self.encode(X))
 
+    def output_moments(self, encoded: Moments) -> Moments:
+        """The moments of :meth:`transform`'s output from those of :meth:`encode`'s
+        (a gateway's :meth:`gateway_moments`): centring and scaling are affine, so the
+        server needs no second pass over a gateway's records (equal to rounding).
+
+        Parameters
+        ----------
+        encoded : Moments
+            Of ``n_features_out`` encoded features.
+
+        Returns
+        -------
+        Moments
+            Of the same records after centring and scaling.
+        """
+        self._check_decided()
+        mean = (encoded.mean - self.mean_) / self.scale_
+        return Moments(encoded.count, mean, encoded.m2 / self.scale_**2)
+
     def fit_scaling(self, moments: Sequence[Moments]) -> FeaturePipeline:
         """Server side of round 2: merge the gateways' moments and apply ``scale_rule``."""
         self._check_decided()
