@@ -62,11 +62,14 @@ def write_rows(path, args, rows: list[dict]) -> None:
         write_json(path, {"args": vars(args), "rows": rows}, indent=1)
 
 
-def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(env: dict[str, str] | None = None, *, checkout: bool = True) -> dict[str, str]:
     """``env`` (default: this process's environment) with this checkout's ``src`` (not
-    an installed fedep) and this folder (for ``_common``) first on ``PYTHONPATH``."""
+    an installed fedep) and this folder (for ``_common``) first on ``PYTHONPATH``;
+    ``checkout=False``: this folder only, the fedep the caller's ``PYTHONPATH`` names
+    (an older checkout's, to measure it)."""
     env = dict(os.environ if env is None else env)
-    first = [str(ROOT / "src"), str(Path(__file__).resolve().parent)]
+    first = [str(ROOT / "src")] if checkout else []
+    first.append(str(Path(__file__).resolve().parent))
     env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH")])])
     return env
 

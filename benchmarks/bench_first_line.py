@@ -78,7 +78,7 @@ def main() -> None:
                 check=True,
                 capture_output=True,
                 text=True,
-                env=child_env(),
+                env=child_env(checkout=False),  # the fedep PYTHONPATH names
             )
             row = json.loads(out.stdout)
             row.update(case=path.name, file_bytes=path.stat().st_size, line_mb=args.mb)
