@@ -32,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _common import child_env, peak_rss_kb, write_json
+from _common import ROOT, child_env, peak_rss_kb, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _hostile import honest_model, wide_vocabulary  # noqa: E402

@@ -42,9 +42,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import child_env, write_json
+from _common import ROOT, child_env, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _zeek import FIELDS, TYPES, flows, write_zeek  # noqa: E402
