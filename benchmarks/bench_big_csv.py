@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 from _common import child_env, run_measured, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = """
 import sys
 import pandas as pd
