@@ -26,10 +26,11 @@ import json
 import os
 
 import numpy as np
-from bench_reference import _training, measure_scores
+from bench_reference import measure_scores
 
 from fedep.core.benign import learn_modes, mode_sums
 from fedep.data import load_dataset
+from fedep.evaluation.reproduce.contaminated import training_rows
 
 
 def _basis(Z, w, r):
@@ -45,7 +46,7 @@ def _energy(Z, V):
 
 def cell(d, share, seed, args, out):
     rng = np.random.default_rng(seed)
-    idx, _ = _training(d, share, 5000, rng)
+    idx, _ = training_rows(d.y_train, share, 5000, rng)
     rest = np.setdiff1d(np.arange(d.y_train.size), idx)
     vr = np.random.default_rng(100 + seed)
     vidx = np.concatenate([
