@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from fedep.core.benign import (
+    GUARD_STEPS,
     MODE_RADIUS,
     BenignModes,
+    attack_counts,
+    guard_modes,
     learn_modes,
     mode_sums,
     suppressing_mode,
@@ -99,3 +102,25 @@ def test_suppressing_mode_is_the_nearest_ball_that_holds_the_record():
         assert g == (j if ratio[j] <= 1.0 else -1)
     assert (got >= 0).any() and (got < 0).any()
     assert suppressing_mode(np.empty((0, 4)), modes).shape == (0,)
+
+
+def test_attack_counts_and_guard_against_a_loop():
+    rng = np.random.default_rng(6)
+    C = rng.standard_normal((3, 5)) * 4
+    modes = BenignModes(C, np.array([1.0, 2.0, 0.5]), np.array([5, 9, 6]))
+    # attacks: one near mode 0's centre, one at 0.4 of mode 1's radius^2, none near 2
+    A = np.vstack([C[0] + 0.01, C[1] + np.sqrt(0.4 * 2.0 / 5), rng.standard_normal((5, 5)) * 20])
+    got = attack_counts(A, modes)
+    ref = np.zeros((3, len(GUARD_STEPS)), dtype=int)
+    for a in A:
+        for k, (c, r2) in enumerate(zip(C, modes.radius2, strict=True)):
+            for j, q in enumerate(GUARD_STEPS):
+                ref[k, j] += np.sum((a - c) ** 2) / r2 <= q
+    np.testing.assert_array_equal(got, ref)
+    guarded = guard_modes(modes, got)
+    # mode 0 holds an attack at its centre: dropped; mode 1 shrinks to 0.25 of its
+    # squared radius (the attack at 0.4 is outside it); mode 2 is unchanged
+    np.testing.assert_array_equal(guarded.counts, [9, 6])
+    np.testing.assert_allclose(guarded.radius2, [2.0 * 0.25, 0.5])
+    assert guard_modes(modes, np.ones_like(got)) is None
+    assert attack_counts(np.empty((0, 5)), modes).sum() == 0

@@ -173,3 +173,17 @@ def test_hostile_modes_are_refused_with_one_line(fitted, tmp_path, change, messa
         fedep.load(bad)
     text = str(err.value)
     assert message in text and "\n" not in text
+
+
+def test_no_rule_suppresses_a_confirmed_attack(fitted):
+    _b, det, X, groups, mode, *_ = fitted
+    fb = fitted[7].copy()
+    benign = np.flatnonzero(fb == "benign")
+    inside = np.flatnonzero(mode & (fb == "benign") & (suppressed_by(det, X) >= 0))
+    assert inside.size  # a record of a rule's own ball ...
+    fb[inside[0]] = "attack"  # ... confirmed as an attack instead
+    guarded = PooledPCA(3).fit(X, groups=groups, feedback=fb)
+    rules = suppressed_by(guarded, X)
+    assert rules[inside[0]] == -1
+    assert (rules[fb == "attack"] == -1).all()
+    assert guarded.benign_counts_.sum() <= benign.size

@@ -30,6 +30,9 @@ __all__ = [
     "MODE_RADIUS",
     "LLOYD_STEPS",
     "MODE_SUMS",
+    "GUARD_STEPS",
+    "attack_counts",
+    "guard_modes",
     "BenignModes",
     "mode_sums",
     "learn_modes",
@@ -47,6 +50,11 @@ MODE_RADIUS = 0.5
 LLOYD_STEPS = 5
 #: The names of :func:`mode_sums`' three sums (in messages).
 MODE_SUMS = ("counts", "sums", "grams")
+#: A rule never suppresses a confirmed attack of the same triage: a mode's squared
+#: radius shrinks to the largest of these fractions of it that holds none of the
+#: gateways' confirmed attacks (:func:`attack_counts`), and the mode is dropped when
+#: even the smallest holds one (:func:`guard_modes`).
+GUARD_STEPS = (1.0, 0.5, 0.25, 0.125)
 
 
 @dataclass(frozen=True)
@@ -191,3 +199,37 @@ def suppressing_mode(R: np.ndarray, modes: BenignModes) -> np.ndarray:
     ratio = np.maximum(d2, 0.0) / modes.radius2[None, :]
     j = ratio.argmin(axis=1)
     return np.where(ratio[np.arange(R.shape[0]), j] <= 1.0, j, -1).astype(np.int64)
+
+
+def attack_counts(A: np.ndarray, modes: BenignModes, steps=GUARD_STEPS) -> np.ndarray:
+    """One gateway's confirmed attacks ``A`` (N, n, standardised) within each mode at
+    each fraction of its squared radius: counts of shape (k, len(steps)), int64."""
+    C = modes.centres
+    out = np.zeros((C.shape[0], len(steps)), dtype=np.int64)
+    if A.shape[0] == 0:
+        return out
+    d2 = np.einsum("ij,ij->i", A, A)[:, None] - 2.0 * A @ C.T + np.einsum("ij,ij->i", C, C)[None, :]
+    ratio = np.maximum(d2, 0.0) / modes.radius2[None, :]
+    for j, q in enumerate(steps):
+        out[:, j] = (ratio <= q).sum(axis=0)
+    return out
+
+
+def guard_modes(modes: BenignModes, counts: np.ndarray, steps=GUARD_STEPS):
+    """The modes shrunk so that none holds a confirmed attack: each mode's squared
+    radius times the largest fraction of ``steps`` (decreasing) whose count in
+    ``counts`` (k, len(steps), summed over the gateways) is 0; a mode with a confirmed
+    attack within even the smallest is dropped. None when every mode is dropped."""
+    counts = np.asarray(counts)
+    factor = np.zeros(counts.shape[0])
+    for k in range(counts.shape[0]):
+        free = [q for q, c in zip(steps, counts[k], strict=True) if c == 0]
+        factor[k] = max(free) if free else 0.0
+    keep = factor > 0
+    if not keep.any():
+        return None
+    return BenignModes(
+        centres=modes.centres[keep],
+        radius2=modes.radius2[keep] * factor[keep],
+        counts=modes.counts[keep],
+    )

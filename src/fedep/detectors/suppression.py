@@ -24,6 +24,7 @@ from fedep.core.benign import (
     MAX_MODES,
     MIN_MODE_RECORDS,
     BenignModes,
+    guard_modes,
     learn_modes,
     suppressing_mode,
 )
@@ -46,22 +47,30 @@ MODE_ARRAYS = ("benign_centres_", "benign_radius2_", "benign_counts_")
 
 
 def learn(gateways, std) -> BenignModes | None:
-    """The gateways' benign modes under the final model, or None (no transport support,
-    or fewer than :data:`MIN_MODE_RECORDS` confirmed false positives).
+    """The gateways' benign modes under the final model, shrunk so that none holds a
+    confirmed attack (:func:`fedep.core.benign.guard_modes`), or None (no transport
+    support, fewer than :data:`MIN_MODE_RECORDS` confirmed false positives, or every
+    mode held a confirmed attack).
 
     Parameters
     ----------
     gateways : Gateways
         Their ``benign_sums(std, centres)`` (every gateway's
         :func:`fedep.core.benign.mode_sums` of its standardised confirmed-benign
-        records, summed) and ``records().has_feedback``.
+        records, summed), ``attack_counts(std, modes)`` (their confirmed attacks within
+        each mode, :func:`fedep.core.benign.attack_counts`, summed) and
+        ``records().has_feedback``.
     std : Standardization
         The final standardisation.
     """
     ask = getattr(gateways, "benign_sums", None)
     if ask is None or not getattr(gateways.records(), "has_feedback", True):
         return None
-    return learn_modes(lambda C: ask(std, C), std.mean.shape[0])
+    modes = learn_modes(lambda C: ask(std, C), std.mean.shape[0])
+    if modes is None:
+        return None
+    # no rule may suppress a confirmed attack of the same triage (counts only)
+    return guard_modes(modes, gateways.attack_counts(std, modes))
 
 
 def modes_of(det) -> BenignModes | None:

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fedep.core.baselines import client_sketch
-from fedep.core.benign import mode_sums
+from fedep.core.benign import attack_counts, mode_sums
 from fedep.core.cohort import client_states, make_cohort
 from fedep.core.rank import client_gram
 from fedep.core.stats import Moments, client_moments, combine_moments
@@ -107,6 +107,10 @@ class Gateways(Protocol):
         """The gateways' :func:`fedep.core.benign.mode_sums` of their standardised
         confirmed false positives per nearest centre of ``centres`` (k, n), summed in
         gateway order: counts (k,), sums (k, n), Gram matrices (k, n, n)."""
+
+    def attack_counts(self, std: Standardization, modes) -> np.ndarray:
+        """The gateways' :func:`fedep.core.benign.attack_counts` of their standardised
+        confirmed attacks within each of ``modes``, summed: (k, len(GUARD_STEPS))."""
 
     def setup(
         self, std: Standardization, setup: GatewaySetup, start: dict | None = None
@@ -223,6 +227,11 @@ class LocalGateways:
         benign = self._records.benign or [np.zeros(z.shape[0], dtype=bool) for z in Z]
         parts = [mode_sums(z[b], centres) for z, b in zip(Z, benign, strict=True)]
         return tuple(sum(p[i] for p in parts) for i in range(3))
+
+    def attack_counts(self, std: Standardization, modes) -> np.ndarray:
+        Z = self.standardized(std)
+        attack = self._records.attack or [np.zeros(z.shape[0], dtype=bool) for z in Z]
+        return sum(attack_counts(z[a], modes) for z, a in zip(Z, attack, strict=True))
 
     def kept_blocks(self, std: Standardization) -> list[np.ndarray]:
         return self._records.kept(self.standardized(std))

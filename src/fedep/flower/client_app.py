@@ -41,7 +41,7 @@ from flwr.common.logger import log
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fedep.core.baselines import client_sketch
-from fedep.core.benign import MODE_SUMS, BenignModes, mode_sums
+from fedep.core.benign import MODE_SUMS, BenignModes, attack_counts, mode_sums
 from fedep.core.cohort import check_start, client_states, make_cohort
 from fedep.core.feedback import exclusion_masks
 from fedep.core.rank import client_gram
@@ -521,6 +521,13 @@ def trim(msg: Message, context: Context) -> Message:
         benign = none if fb is None else arrays_of(fb)["benign"].astype(bool)
         sums = mode_sums(Z[benign], params["centres"])
         content = RecordDict({"sums": to_array_record(**dict(zip(MODE_SUMS, sums, strict=True)))})
+        return Message(content, reply_to=msg)
+    if op == "attack-counts":  # confirmed attacks within each benign mode: counts
+        fb = _feedback(context, X.shape[0])
+        A = Z[fb[0]] if fb is not None else Z[:0]
+        modes = BenignModes(params["centres"], params["radius2"], np.zeros(0))
+        content = RecordDict({"counts": to_array_record(c=attack_counts(A, modes)),
+                              "count": MetricRecord({"count": int(X.shape[0])})})  # fmt: skip
         return Message(content, reply_to=msg)
     if op == "ppca-sums":
         count, sum_t2, sum_res = ppca_sums(Z, params["V"], keep)

@@ -513,6 +513,9 @@ class FlowerGateways:
     def benign_sums(self, std: Standardization, centres: np.ndarray) -> tuple:
         return self.records().benign_sums(std.mean, std.scale, centres)
 
+    def attack_counts(self, std: Standardization, modes) -> np.ndarray:
+        return self.records().attack_counts(std.mean, std.scale, modes)
+
     def setup(
         self, std: Standardization, setup: GatewaySetup, start: dict | None = None
     ) -> list[np.ndarray] | None:

@@ -14,7 +14,7 @@ import json
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from fedep.core.benign import MODE_SUMS
+from fedep.core.benign import GUARD_STEPS, MODE_SUMS
 from fedep.core.stats import Moments
 from fedep.core.trimming import add_ppca_sums
 from fedep.flower.checks import check_subset_sums, read_count
@@ -223,6 +223,23 @@ class RemoteRecords:
         reps = self.ask("benign-sums", "", std, {"centres": centres})
         parts = self.parse(reps, sums_of)
         return tuple(sum(p[i] for p in parts) for i in range(3))
+
+    def attack_counts(self, mean, scale, modes):
+        k, steps = modes.centres.shape[0], len(GUARD_STEPS)
+
+        def counts_of(rep):
+            c = np.asarray(arrays_of(rep.content["counts"])["c"])
+            if (
+                c.shape != (k, steps)
+                or c.min(initial=0) < 0
+                or c.max(initial=0) > self.gw_count(rep)
+            ):
+                raise ValueError(f"confirmed-attack counts of shape {c.shape}, not ({k}, {steps})")
+            return c.astype(np.int64)
+
+        params = {"centres": modes.centres, "radius2": modes.radius2}
+        reps = self.ask("attack-counts", "", {"mean": mean, "scale": scale}, params)
+        return sum(self.parse(reps, counts_of))
 
     def ppca_sums(self, mean, scale, V):
         r = V.shape[1]
