@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 import fedep
+from fedep.alerts import AlertFactory
 from fedep.cli import main
 
 N = 8
@@ -83,3 +84,12 @@ def test_fit_feedback_then_score_marks_suppressed_alerts(tmp_path, capsys):
     flagged = set(scored.loc[scored["is_anomaly"] == 1, "uid"])
     assert not flagged & {r["uid"] for r in suppressed}
     assert flagged == {r["uid"] for r in alerts}
+
+    # fedep watch's factory: suppressed alerts are audit records, ECS names included
+    factory = AlertFactory(det, model_id="m", model_digest="d", ecs=True)
+    frame = pd.read_csv(sp)
+    batch = factory.score(frame, gateway=None, source=str(sp), first_line=2)
+    assert len(batch.suppressed) == len(suppressed) and len(batch.alerts) == len(alerts)
+    for r in batch.suppressed:
+        assert r["event"]["action"] == "suppressed" and r["event"]["kind"] == "event"
+        assert r["fedep"]["suppressed_by"].startswith("benign-mode-")

@@ -172,6 +172,7 @@ class Watcher:
         )
         self._recent = np.empty(0)
         self._since_recal = 0
+        self._held: list[dict] = []
         self._columns: dict[tuple, list[str]] = {}
         self._refused: set[str] = set()
         self._started = False
@@ -341,6 +342,7 @@ class Watcher:
                 continue
             self._count(batch, gateway, now)
             alerts.extend(batch.alerts)
+            self._held.extend(batch.suppressed)  # suppressed alerts: audit records
 
     def _count(self, batch, gateway, now: float) -> None:
         self.counters.records += batch.n_records
@@ -370,10 +372,12 @@ class Watcher:
             if n.kind in ("truncated", "gone") or self.cfg.verbose:
                 self.log(n.text)
         alerts: list[dict] = []
+        self._held = []  # this step's suppressed alerts (written with its alerts)
         for chunk, parsed in zip(read.chunks, read.parsed, strict=True):
             self._score_chunk(chunk, parsed, read.columns, now, alerts)
         self._started = True
-        out = self._volume(alerts, now)
+        out = self._volume(alerts, now) + self._held  # never grouped nor capped
+        self._held = []
         self._write(out, read.positions if read.chunks else None)
         return sum(len(c.data) for c in read.chunks)
 
