@@ -78,8 +78,9 @@ def test_fit_feedback_then_score_marks_suppressed_alerts(tmp_path, capsys):
 
     # CSV: a suppressed alert is not flagged
     csv = tmp_path / "scored.csv"
-    assert main(["score", "--model", str(model), "--input", str(sp), "--output", str(csv),
-                 "--quiet"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["score", "--model", str(model), "--input", str(sp), "--output", str(csv)]) == 0
+    assert "suppression rules from analyst feedback" in capsys.readouterr().err
     scored = pd.read_csv(csv)
     flagged = set(scored.loc[scored["is_anomaly"] == 1, "uid"])
     assert not flagged & {r["uid"] for r in suppressed}

@@ -301,6 +301,10 @@ def cmd_score(args) -> int:
         f"{'stdout' if dst is None else dst}",
         args.quiet,
     )
+    rules = getattr(det, "benign_counts_", None)
+    if rules is not None and fmt != "jsonl":
+        info(f"the model holds {len(rules)} suppression rules from analyst feedback: jsonl "
+             "output writes each suppressed alert with its rule", args.quiet)  # fmt: skip
     return 0
 
 
