@@ -2,9 +2,10 @@
 
 After the fit, the one fit driver (:func:`fedep.detectors.driver.fit_gateways`) learns
 the gateways' benign modes (:func:`learn`; :mod:`fedep.core.benign`) from their
-confirmed false positives, by sums only, in the final model's standardised features. At
-scoring time a record whose residual lies within a mode has its alert suppressed:
-:func:`suppressed_by` names the rule (its index in ``benign_modes_``), ``predict`` and
+confirmed false positives, by sums only, in the final model's standardised features
+(shrunk or dropped where a confirmed attack lies within). At scoring time a record
+above its threshold within a mode has its alert suppressed: :func:`suppressed_by`
+names the rule (its index in ``benign_centres_``), ``predict`` and
 ``fedep score`` / ``fedep watch`` do not flag it, and the alert record says which rule
 suppressed it. ``decision_function`` stays the residual energy; :func:`suppressed_scores`
 is the score with the suppression applied (a suppressed record's score lowered below
