@@ -63,7 +63,8 @@ __all__ = [
 
 #: The start of the concentration steps a trusted reference gives (``trim_history_``).
 REFERENCE_START = "reference"
-#: A selection step trims every training record above the reference's ``1 - TRIM_TAIL``
+#: With ``trim_steps`` given (the user's steps, ``contamination="auto"``), a selection
+#: step trims every training record above the reference's ``1 - TRIM_TAIL``
 #: quantile under the current fit (:func:`tail_share`): about ``TRIM_TAIL`` of the
 #: normal records, and the attacks the fit puts beyond the reference's tail, however
 #: many. Chosen on the training split (attacks injected from it, the reference drawn
