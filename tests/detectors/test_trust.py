@@ -184,3 +184,16 @@ def test_selection_by_a_large_reference_is_the_numpy_selection(seed):
         assert projector_distance(est.components_.T, V) < 0.01
         assert not (keep & y).any() and keep[~y].mean() >= 0.8
         assert projector_distance(est.components_.T, B) < 0.1
+
+
+def test_a_large_reference_too_small_to_halve_still_selects_and_says_why():
+    """82 records make a rank-40 PPCA but not two (41 each): no evidence, and the
+    reference's size alone chooses the selection, in the decision's words."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1200, 50)) * np.linspace(3.0, 0.5, 50)
+    ref = np.zeros(X.shape[0], bool)
+    ref[rng.choice(X.shape[0], 82, replace=False)] = True
+    est = PooledPCA(40, standardize=False, contamination="auto")
+    est.fit(X, groups=np.arange(X.shape[0]) % 3, reference=ref)
+    assert "halves too small for a rank-40 test" in est.trust_["decision"]
+    assert "(>= 80) select" in est.trust_["decision"] and est.n_trim_steps_ == 1

@@ -182,15 +182,16 @@ def plan(est, records, std) -> Trust:
         trust.evidence = contamination_evidence(pairs)
         trust.start_estimate = estimate_share(*pairs[0])
     ev = trust.evidence
-    if auto and ev is not None and trust.steps == 0:
-        if not ev.detected and n_ref < SELECT_MIN_REFERENCE:
-            trust.decision = f"no trimming: {ev.describe()}"
+    if auto and trust.steps == 0:
+        said = ev.describe() if ev is not None else f"halves too small for a rank-{r} test"
+        if not (ev is not None and ev.detected) and n_ref < SELECT_MIN_REFERENCE:
+            trust.decision = f"no trimming: {said}"
             return trust
         why = (
-            ev.describe()
-            if ev.detected
+            said
+            if ev is not None and ev.detected
             else f"{n_ref} reference records (>= {SELECT_MIN_REFERENCE}) select whether or "
-            f"not contamination is shown ({ev.describe()})"
+            f"not contamination is shown ({said})"
         )
         # one selection under the PPCA of the whole reference, then one fit: every
         # training record above the reference's own SELECT_LEVEL quantile leaves it
