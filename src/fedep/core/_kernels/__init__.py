@@ -2,8 +2,8 @@
 
 - :mod:`~fedep.core._kernels.data`: FedEP's fused per-record S-, U- and dual steps,
   the dual step and the per-client Gram terms;
-- :mod:`~fedep.core._kernels.wstep`: the per-client ManPG W-step (SSN, line search,
-  retraction);
+- :mod:`~fedep.core._kernels.wstep`: the per-client ManPG W-step (SSN, line search),
+  with its polar and QR retractions in :mod:`~fedep.core._kernels.retraction`;
 - :mod:`~fedep.core._kernels.fedpg`: FedPG's local epochs.
 
 The solvers ask :func:`pick` for a compiled function by name; ``None`` selects the
