@@ -44,9 +44,9 @@ import os
 import platform
 import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 
@@ -336,9 +336,7 @@ def main(argv=None):
         a.clients, a.rounds = a.clients or [20, 500, 5000], min(a.rounds, 12)
         with threadpool_limits(limits=1, user_api="blas"):
             results = scaling(a)
-        out = Path(a.out or "benchmarks/results/rounds_scaling.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2))
+        out = write_json(a.out or "benchmarks/results/rounds_scaling.json", results)
         print(json.dumps(results["cpu_seconds_fit"]), f"wrote {out}")
         return
     a.out = a.out or "benchmarks/results/rounds.json"
@@ -392,8 +390,7 @@ def main(argv=None):
         res = bench(Xs, {d: g}, d, a.rank, max(5, a.rounds // 3), None, None, kernel=a.kernel)
         results["synthetic"].append(res)
         print("synthetic", json.dumps(res))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+    write_json(a.out, results)
     print(f"wrote {a.out}")
 
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_json
 
 from fedep.core import _threads
 from fedep.core.baselines import client_sketch
@@ -82,8 +83,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "results": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
 
