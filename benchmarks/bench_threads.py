@@ -16,9 +16,11 @@ Each ``--busy`` value is a load condition: that many busy-loop processes (``sh``
 one process group, started here and stopped with :func:`fedep._procs.stop_group` on
 every path, Ctrl-C included) run while the three are timed, after ``--settle``
 seconds. ``busy 0`` is the machine as it is. Beside each figure: the 1-minute load
-average, the threads runnable at that moment and the threads fedep chose. The load
-average lags (it reaches a new load over about a minute), so the figures of a busy
-condition started seconds ago show the rule's use of the threads runnable now.
+average, the threads runnable at that moment, the threads fedep chose, and
+``load_average_rule_threads``: what a large product would get from the load average
+alone (the rule before it counted the threads runnable now). The load average lags (it
+reaches a new load over about a minute), so on an idle machine a busy condition started
+seconds ago shows the difference.
 """
 
 from __future__ import annotations
@@ -88,6 +90,12 @@ def measure(ops: dict, cores: int, repeats: int) -> list[dict]:
             entry[f"{label}_seconds"] = round(timed(fn, repeats), 4)
             if fixed is None:  # the threads fedep's rule gave the op's products
                 entry["fedep_threads"] = sorted(set(chosen))
+                # what the 1-minute load average alone would give a large product
+                # (fedep's rule before it counted the threads runnable now)
+                load_only = max(0.0, os.getloadavg()[0] - 1.0)
+                entry["load_average_rule_threads"] = _threads.choose_threads(
+                    float("inf"), busy=load_only
+                )
         os.environ.pop(_threads.THREADS_ENV, None)
         one = entry["one_thread_seconds"]
         entry["fedep_over_one_thread"] = round(entry["fedep_seconds"] / one, 3)
