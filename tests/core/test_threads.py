@@ -112,3 +112,27 @@ def test_results_do_not_depend_on_the_threads(monkeypatch):
     np.testing.assert_allclose(one[0], np.einsum("ij,ij->i", R, R), rtol=1e-12)
     np.testing.assert_allclose(one[0], two[0], rtol=1e-12)
     np.testing.assert_allclose(np.abs(one[1]), np.abs(two[1]), rtol=1e-9, atol=1e-9)
+
+
+def test_a_whole_fit_runs_under_the_thread_limit(monkeypatch):
+    # a product that no call limits (here: whatever runs in a driver phase) gets the
+    # threads of a large product, not the BLAS library's default of every core
+    from fedep import FedEP
+    from fedep.data import make_federated_data
+    from fedep.federation.gateways import LocalGateways
+
+    seen = []
+    moments = LocalGateways.moments
+
+    def observed(self):
+        ctl = _threads._controller()
+        seen.extend(p["num_threads"] for p in ctl.info() if p["user_api"] == "blas")
+        return moments(self)
+
+    monkeypatch.setattr(LocalGateways, "moments", observed)
+    monkeypatch.setattr(_threads, "available_cores", lambda: 4)
+    monkeypatch.setattr(_threads, "busy_threads", lambda: 3.0)  # one core free
+    fed = make_federated_data(n_clients=3, n_features=6, n_components=2, n_samples=40,
+                              random_state=0)  # fmt: skip
+    FedEP(n_components=2, n_rounds=3, random_state=0).fit(fed.X_train, groups=fed.groups_train)
+    assert seen and all(t == 1 for t in seen), seen
