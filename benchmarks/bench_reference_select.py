@@ -31,6 +31,7 @@ import os
 import sys
 
 import numpy as np
+from _common import write_rows
 from sklearn.metrics import roc_auc_score
 
 from fedep.core.reference import ppca_from_gram
@@ -120,9 +121,7 @@ def run(args) -> list[dict]:
                             row[f"sh{q}_{p}_{n_ref}"] = round(float(est), 4)
                 out.append(row)
                 print(json.dumps(row), flush=True)
-                if args.out:
-                    with open(args.out, "w") as f:
-                        json.dump({"args": vars(args), "rows": out}, f, indent=1)
+                write_rows(args.out, args, out)
     return out
 
 
