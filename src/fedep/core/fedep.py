@@ -24,7 +24,9 @@ Records are **rows** here (the paper's ``X_i`` is features x samples): our ``X_i
 ``(N_i, n)``, ``U_i W W^T`` is the projection and ``G_i = U_i^T U_i`` is n x n. We store
 the scaled dual ``A_i = Lam_i / mu``. ``S_i`` is not state: each S-step reads only
 ``X_i``, ``U_i`` and ``A_i``, so it is formed on the fly (and by
-:meth:`FedEPCohort.corruption` on request). Steps 3-5 run as one fused pass per record
+:meth:`FedEPCohort.corruption` on request). For a client of many rows ``A_i`` is not
+stored either: after a data step ``A_i = 2/mu U_i (I - W_i W_i^T)``, so it is recomputed
+from ``U_i`` (:mod:`fedep.core.large_clients`). Steps 3-5 run as one fused pass per record
 (:mod:`fedep.core._kernels`, compiled) or as NumPy expressions (the reference).
 
 Notation table (paper -> code):
