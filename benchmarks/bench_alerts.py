@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_json
 from bench_score import flows  # noqa: E402 - a sibling script, not a package
 
 import fedep  # noqa: E402
@@ -110,7 +111,7 @@ def main(argv=None) -> None:
         "python": platform.python_version(),
         "fedep": fedep.__version__,
     }
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(a.out, result)
     print(json.dumps(result, indent=2))
 
 

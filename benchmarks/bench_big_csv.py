@@ -30,15 +30,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _common import child_env, run_measured, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = """
 import sys
 import pandas as pd
@@ -47,7 +45,8 @@ PCA(10).fit(pd.read_csv(sys.argv[1]).to_numpy(dtype=float))
 """
 # Runs the reference (``ref FILE``) or ``fedep ARGS...`` and reports its own peak.
 CHILD = """
-import json, runpy, sys
+import runpy, sys
+from _common import report_peak
 what, sys.argv = sys.argv[1], sys.argv[1:]
 try:
     if what == "ref":
@@ -56,8 +55,7 @@ try:
         runpy.run_module("fedep", run_name="__main__")
 except SystemExit as e:
     assert not e.code, e.code
-hwm = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
-print("BENCH " + json.dumps({"vmhwm_kb": int(hwm[0]) if hwm else None}), file=sys.stderr)
+report_peak()
 """
 
 
@@ -74,21 +72,11 @@ def write_csv(path: Path, rows: int, features: int, seed: int) -> None:
 
 def run(cmd: list[str], env: dict[str, str]) -> dict:
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - t0
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    own = [json.loads(ln[6:]) for ln in err.splitlines() if ln.startswith("BENCH ")]
-    hwm = own[-1]["vmhwm_kb"] if own and own[-1]["vmhwm_kb"] else usage.ru_maxrss
+    m = run_measured(cmd, env)
     return {
-        "seconds": seconds,
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": hwm / 1024,
+        "seconds": m.seconds,
+        "cpu_seconds": m.cpu_seconds,
+        "peak_rss_mb": m.peak_kb / 1024,
         "load_1min_at_start": load,
     }
 
@@ -104,8 +92,7 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="fedep-big-"))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env = child_env()
     py = [sys.executable]
     try:
         csv = args.csv or work / "big.csv"
@@ -150,8 +137,7 @@ def main() -> None:
         "fedep_over_reference_cpu": cpu["fedep"] / cpu["reference"],
         "fedep_pca_over_reference_cpu": cpu["fedep_pca"] / cpu["reference"],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
 

@@ -37,15 +37,13 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, child_env, run_measured, write_json
 
 
 def write_data(folder: Path, rows: int, features: int, seed: int) -> tuple[Path, Path]:
@@ -67,17 +65,8 @@ def write_data(folder: Path, rows: int, features: int, seed: int) -> tuple[Path,
 
 def run(cmd: list[str], env: dict[str, str]) -> dict:
     """Wall and CPU seconds of one child process (which must succeed)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - t0
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stdout.close()
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+    m = run_measured(cmd, env, cwd=ROOT)
+    return {"seconds": m.seconds, "cpu_seconds": m.cpu_seconds}
 
 
 def _cpu_of_group(pgid: int) -> float:
@@ -134,7 +123,7 @@ def main() -> None:
         train, score = write_data(work, args.rows, args.features, args.seed)
         env = {k: v for k, v in os.environ.items() if k != "FEDEP_KERNELS"}
         env.update(extra)
-        env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+        env = child_env(env)
         env["NUMBA_CACHE_DIR"] = str(work / "numba-cache")
         model = work / "model.fedep"
         py = [sys.executable]
@@ -182,8 +171,7 @@ def main() -> None:
         "import_fedep_cli_score": import_runs,
         **compare,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
 

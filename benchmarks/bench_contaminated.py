@@ -30,11 +30,12 @@ import time
 import warnings
 
 import numpy as np
+from _common import write_rows
 from sklearn.metrics import f1_score, roc_auc_score
 
 from fedep import FedEP, FedPG, PooledPCA
 from fedep.data import load_dataset
-from fedep.evaluation.reproduce.contaminated import MCDReference
+from fedep.evaluation.reproduce.contaminated import MCDReference, training_rows
 
 TRIM = {"trim_steps": 3, "trim_share": 0.2, "trim_start": "all"}
 #: Record trimming from the robust start (coordinate-wise median, start-set scaling).
@@ -58,21 +59,6 @@ METHODS = {
 }
 
 
-def _training_rows(d, share, n_normal, rng):
-    """Indices of the training rows (normal, then injected attacks) and the true share."""
-    normal = np.flatnonzero(d.y_train == 0)
-    attack = np.flatnonzero(d.y_train == 1)
-    rows = rng.choice(normal, min(n_normal, normal.size), replace=False)
-    n_att = int(round(share / (1.0 - share) * rows.size))
-    att = rng.choice(attack, min(n_att, attack.size), replace=False)
-    return np.concatenate([rows, att]), att.size / (rows.size + att.size)
-
-
-def _training_set(d, share, n_normal, rng):
-    idx, true_share = _training_rows(d, share, n_normal, rng)
-    return d.X_train[idx], true_share
-
-
 def run(args) -> list[dict]:
     out = []
     for name in args.datasets:
@@ -82,7 +68,7 @@ def run(args) -> list[dict]:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for share in args.shares:
                 rng = np.random.default_rng(seed)
-                idx, true_share = _training_rows(d, share, args.n_normal, rng)
+                idx, true_share = training_rows(d.y_train, share, args.n_normal, rng)
                 X = raw.iloc[idx].reset_index(drop=True) if args.generic else d.X_train[idx]
                 groups = rng.integers(0, args.n_clients, X.shape[0])  # IID gateways
                 for m in args.methods:
@@ -113,9 +99,7 @@ def run(args) -> list[dict]:
                     }
                     out.append(row)
                     print(json.dumps(row), flush=True)
-                    if args.out:
-                        with open(args.out, "w") as f:
-                            json.dump({"args": vars(args), "rows": out}, f, indent=1)
+                    write_rows(args.out, args, out)
     return out
 
 

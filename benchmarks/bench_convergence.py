@@ -38,6 +38,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import roc_auc_score
 
@@ -160,7 +161,7 @@ def main(argv=None):
     doc = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     run = doc["runs"].setdefault(a.label, out)
     run["results"].update(out["results"])  # a run of some datasets adds to the others
-    path.write_text(json.dumps(doc, indent=1))
+    write_json(path, doc, indent=1)
     print("wrote", path)
 
 

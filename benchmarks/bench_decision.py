@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _common import write_json
 from threadpoolctl import threadpool_limits
 
 from fedep import PooledPCA
@@ -110,8 +111,7 @@ def main() -> None:
         "cpu_estimator_pipeline_over_pipeline_numpy": med_cpu["estimator_pipeline"]
         / med_cpu["pipeline_numpy"],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _common import write_json
 
 from fedep import load
 from fedep.data import make_federated_data
@@ -205,8 +206,7 @@ def main(argv=None) -> dict:
     if len(bases) == 2:
         b1, b2 = bases.values()
         out["basis_max_abs_diff"] = float(np.max(np.abs(b1 - b2)))
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=2)
+    write_json(a.out, out)
     return out
 
 

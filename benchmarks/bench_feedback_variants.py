@@ -41,9 +41,11 @@ import os
 import sys
 
 import numpy as np
-from bench_reference import _training, measure_scores
+from _common import write_rows
+from bench_reference import measure_scores
 
 from fedep.data import load_dataset
+from fedep.evaluation.reproduce.contaminated import training_rows
 
 WEIGHTS = (3, 10, 30)
 MODES = (3, 8)
@@ -141,7 +143,7 @@ def run(args) -> list[dict]:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for share in args.shares:
                 rng = np.random.default_rng(seed)
-                idx, true_share = _training(d, share, args.n_normal, rng)
+                idx, true_share = training_rows(d.y_train, share, args.n_normal, rng)
                 scores, n_fp, n_att = variants(
                     d.X_train[idx], d.y_train[idx], d.X_test, args.rank, args.labels
                 )
@@ -162,9 +164,7 @@ def run(args) -> list[dict]:
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-                if args.out:
-                    with open(args.out, "w") as f:
-                        json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+                write_rows(args.out, args, rows)
     return rows
 
 

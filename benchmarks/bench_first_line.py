@@ -20,23 +20,18 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from _common import child_env, write_json
+
 CHILD = r"""
 import json, sys, time, tracemalloc
+from _common import peak_rss_kb
 from fedep.data import read_table
-
-def hwm():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 def rss():
     with open("/proc/self/status") as fh:
@@ -57,7 +52,7 @@ dt = time.perf_counter() - t0
 _, peak = tracemalloc.get_traced_memory()
 print(json.dumps({
     "seconds": dt,
-    "peak_rss_mb": (hwm() - base) / 2**20,
+    "peak_rss_mb": (peak_rss_kb() * 1024 - base) / 2**20,
     "tracemalloc_peak_mb": peak / 2**20,
     "error": msg,
 }))
@@ -83,7 +78,7 @@ def main() -> None:
                 check=True,
                 capture_output=True,
                 text=True,
-                env=os.environ.copy(),
+                env=child_env(checkout=False),  # the fedep PYTHONPATH names
             )
             row = json.loads(out.stdout)
             row.update(case=path.name, file_bytes=path.stat().st_size, line_mb=args.mb)
@@ -95,8 +90,7 @@ def main() -> None:
         "results": results,
     }
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -26,48 +26,22 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import FEDEP_CHILD, run_measured, write_json
 from bench_read import N_COLS, write_csv  # noqa: E402
 
 
 def run_fit(csv: Path, out: Path, n_rounds: int) -> dict:
     """``fedep fit`` in a child: wall, CPU and peak RSS of that child alone."""
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    # the child reports its own ru_maxrss (RUSAGE_CHILDREN would be the largest child
-    # so far, not this one)
-    code = (
-        "import resource, sys, runpy, json, time\n"
-        "t0 = time.perf_counter()\n"
-        "sys.argv = ['fedep'] + sys.argv[1:]\n"
-        "try:\n"
-        "    runpy.run_module('fedep.cli', run_name='__main__')\n"
-        "except SystemExit as e:\n"
-        "    assert not e.code, e.code\n"
-        "r = resource.getrusage(resource.RUSAGE_SELF)\n"
-        # Linux keeps ru_maxrss across fork + exec (the parent's RSS at the fork);
-        # VmHWM is this process image's own peak
-        "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
-        "peak = int(hwm[0]) if hwm else r.ru_maxrss\n"
-        "print('BENCH', json.dumps({'peak_kb': peak, 'cpu_s': r.ru_utime + r.ru_stime,"
-        " 'wall_s': time.perf_counter() - t0}))\n"
-    )
     args = ["fit", "--train", str(csv), "--n-rounds", str(n_rounds), "--random-state", "0"]
     args += ["--quiet", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"fedep fit failed:\n{proc.stderr}")
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")][-1]
-    return json.loads(line[6:])
+    m = run_measured([sys.executable, "-c", FEDEP_CHILD, *args])
+    return {"peak_kb": m.peak_kb, "cpu_s": m.cpu_seconds, "wall_s": m.seconds}
 
 
 def main(argv=None) -> None:
@@ -114,8 +88,7 @@ def main(argv=None) -> None:
         "maxrss_note": "VmHWM of the fit's own process image (ru_maxrss where /proc is missing)",
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+    write_json(a.out, results)
     print(json.dumps(results, indent=2))
 
 

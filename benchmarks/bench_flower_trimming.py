@@ -24,6 +24,7 @@ import warnings
 from collections import Counter
 
 import numpy as np
+from _common import write_json
 
 
 def main(argv=None) -> dict:
@@ -105,8 +106,7 @@ def main(argv=None) -> dict:
         "wall_s": {"inprocess": t_in, "flower_local_grid": t_fl},
         "process_s": {"inprocess": c_in, "flower_local_grid": c_fl},
     }
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=2)
+    write_json(a.out, out)
     print(json.dumps(out, indent=2))
     return out
 

@@ -24,9 +24,9 @@ import argparse
 import json
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.metrics import f1_score, roc_auc_score
 
 from fedep import FedEP, FedPG, PooledPCA
@@ -103,8 +103,7 @@ def main(argv=None) -> None:
     p.add_argument("--methods", nargs="+", choices=list(DETECTORS), default=list(DETECTORS))
     a = p.parse_args(argv)
     res = {name: run(name, a.data_dir, a.seed, a.ranks, a.methods) for name in a.datasets}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
+    write_json(a.out, res)
     print(f"wrote {a.out}")
 
 

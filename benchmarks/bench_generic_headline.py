@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from _common import write_json
 
 from fedep.evaluation.reproduce.cells import Cells
 from fedep.evaluation.reproduce.config import BEST_METHODS, DATASETS, MODES
@@ -80,7 +81,7 @@ def main() -> None:
                 f"  (validation {sel['best_score']:.4f}, {entry[m]['params']})"
             )
         res["datasets"][n] = entry
-    (out / "generic_headline.json").write_text(json.dumps(res, indent=1))
+    write_json(out / "generic_headline.json", res, indent=1)
     print(f"wrote {out / 'generic_headline.json'}")
 
 

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -33,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _common import ROOT, child_env, peak_rss_kb, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _hostile import honest_model, wide_vocabulary  # noqa: E402
@@ -86,20 +85,11 @@ def build(folder: Path, rows: int) -> dict:
     return {k: str(v) for k, v in files.items()}
 
 
-def peak_rss() -> int:
-    """This process's peak resident memory in bytes (``VmHWM``: unlike ``ru_maxrss`` it
-    is not inherited from the parent across ``exec``)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def measure(kind: str, path: str, csv: str | None) -> dict:
     """In this (fresh) process: load, or score with the CLI; time and peak memory."""
     import fedep.cli  # noqa: F401  (the imports before the baseline)
 
-    base = peak_rss()
+    base = peak_rss_kb() * 1024
     t0 = time.perf_counter()
     out: dict = {}
     if kind == "load":
@@ -117,7 +107,7 @@ def measure(kind: str, path: str, csv: str | None) -> dict:
         code = main(["score", "--model", path, "--input", csv, "--output", csv + ".out", "--quiet"])
         out["result"] = f"fedep score exit status {code}"
     out["seconds"] = time.perf_counter() - t0
-    peak = peak_rss()
+    peak = peak_rss_kb() * 1024
     out["peak_rss_mb"] = peak / 2**20
     out["peak_above_start_mb"] = (peak - base) / 2**20
     return out
@@ -141,7 +131,7 @@ def main(argv=None):
     build_s = time.perf_counter() - t0
     print(f"built in {build_s:.1f} s", flush=True)
     runs = []
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env = child_env()
     for name in ("honest", "wide-vocabulary", "inflated-array", "many-clients"):
         kinds = ["load", "score"] if name in ("honest", "wide-vocabulary") else ["load"]
         for kind in kinds:
@@ -167,8 +157,7 @@ def main(argv=None):
         },
         "runs": runs,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
 
 
 if __name__ == "__main__":

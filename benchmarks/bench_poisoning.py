@@ -49,9 +49,9 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.metrics import roc_auc_score
 
 from fedep import FedEP, FedPG
@@ -302,8 +302,7 @@ def main(argv=None):
         "server_step_s": server_step_cost(n, args.rank, args.clients),
         "results": rows,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
     print(json.dumps(out["server_step_s"]))
 
 

@@ -18,13 +18,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
 import warnings
 
 import numpy as np
+from _common import write_json
 
 
 def _auc(y, s) -> float:
@@ -112,8 +112,7 @@ def main(argv=None) -> dict:
     for name in a.datasets:  # written after each dataset
         report["datasets"].append(run_dataset(name, a))
         report["load_after"] = os.getloadavg()
-        with open(a.out, "w") as f:
-            json.dump(report, f, indent=1, default=str)
+        write_json(a.out, report, indent=1, default=str)
     return report
 
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.metrics import roc_auc_score
 
 from fedep.core.rank import DEGENERATE_RTOL, choose_rank
@@ -181,8 +181,7 @@ def main(argv=None) -> None:
     res = {"synthetic": synthetic()}
     res["real"] = {name: real(name, a.data_dir, a.seed) for name in a.datasets}
     res["seconds"] = time.perf_counter() - t0
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
+    write_json(a.out, res)
     print(f"wrote {a.out}")
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+from _common import child_env, write_json
 
 N_COLS = 34
 
@@ -45,20 +46,12 @@ CHILD = r"""
 import json, resource, sys, time
 import pandas as pd
 import pyarrow as pa
+from _common import peak_rss_kb
 from fedep.data import read_table
 
 path, mode = sys.argv[1], sys.argv[2]
-
-
-def peak_kb(r):
-    # Linux keeps ru_maxrss across fork + exec (the parent's RSS at the fork); VmHWM is
-    # this process image's own peak
-    hwm = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
-    return int(hwm[0]) if hwm else r.ru_maxrss
-
-
 r0 = resource.getrusage(resource.RUSAGE_SELF)
-base = peak_kb(r0)
+base = peak_rss_kb()
 t0 = time.perf_counter()
 if mode == "whole":
     n = len(read_table(path))
@@ -69,7 +62,7 @@ else:
 dt = time.perf_counter() - t0
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-print(json.dumps({"rows": n, "seconds": dt, "cpu_s": cpu, "base_kb": base, "peak_kb": peak_kb(r1),
+print(json.dumps({"rows": n, "seconds": dt, "cpu_s": cpu, "base_kb": base, "peak_kb": peak_rss_kb(),
                   "pool_peak": pa.default_memory_pool().max_memory()}))
 """
 
@@ -95,15 +88,12 @@ def write_csv(path: Path, rows: int, seed: int = 0) -> None:
 
 
 def run_child(path: Path, mode: str) -> dict:
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), mode],
         check=True,
         capture_output=True,
         text=True,
-        env=env,
+        env=child_env(),
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -164,8 +154,7 @@ def main(argv=None) -> None:
             results["pandas_c"] = summarize(pdc, a.rows)
             print("pandas_c", json.dumps(results["pandas_c"]))
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+    write_json(a.out, results)
     print(json.dumps(results, indent=2))
     print(f"wrote {a.out}")
 

@@ -36,10 +36,12 @@ import time
 import warnings
 
 import numpy as np
+from _common import write_rows
 from sklearn.metrics import roc_auc_score
 
 from fedep import FedEP, FedPG, PooledPCA
 from fedep.data import load_dataset
+from fedep.evaluation.reproduce.contaminated import training_rows
 
 METHODS = {
     "fedep": lambda r, s, **kw: FedEP(r, random_state=s, **kw),
@@ -47,16 +49,6 @@ METHODS = {
     "pca": lambda r, s, **kw: PooledPCA(r, **kw),
 }
 SETTINGS = ("none", "ref1", "ref2", "fb50", "fb200", "fball")
-
-
-def _training(d, share, n_normal, rng):
-    normal = np.flatnonzero(d.y_train == 0)
-    attack = np.flatnonzero(d.y_train == 1)
-    rows = rng.choice(normal, min(n_normal, normal.size), replace=False)
-    n_att = int(round(share / (1.0 - share) * rows.size))
-    att = rng.choice(attack, min(n_att, attack.size), replace=False)
-    idx = np.concatenate([rows, att])
-    return idx, att.size / idx.size
 
 
 def _reference(y, groups, frac, rng):
@@ -96,7 +88,7 @@ def run(args) -> list[dict]:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for share in args.shares:
                 rng = np.random.default_rng(seed)
-                idx, true_share = _training(d, share, args.n_normal, rng)
+                idx, true_share = training_rows(d.y_train, share, args.n_normal, rng)
                 X, y = d.X_train[idx], d.y_train[idx]
                 groups = rng.integers(0, args.n_clients, X.shape[0])
                 for m in args.methods:
@@ -146,9 +138,7 @@ def run(args) -> list[dict]:
                             base_recall = m_["recall"]
                         out.append(row)
                         print(json.dumps(row), flush=True)
-                        if args.out:
-                            with open(args.out, "w") as f:
-                                json.dump({"args": vars(args), "rows": out}, f, indent=1)
+                        write_rows(args.out, args, out)
     return out
 
 

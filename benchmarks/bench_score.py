@@ -32,14 +32,13 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _common import FEDEP_CHILD, run_measured, write_json
 
 
 def flows(n: int, seed: int) -> pd.DataFrame:
@@ -68,40 +67,14 @@ def flows(n: int, seed: int) -> pd.DataFrame:
 
 
 def run_cli(args: list[str]) -> dict:
-    """``python -m fedep.cli ARGS`` in a child: its wall, CPU and own peak RSS."""
-    code = (
-        "import resource, sys, runpy, json\n"
-        "sys.argv = ['fedep'] + sys.argv[1:]\n"
-        "try:\n"
-        "    runpy.run_module('fedep.cli', run_name='__main__')\n"
-        "except SystemExit as e:\n"
-        "    assert not e.code, e.code\n"
-        "r = resource.getrusage(resource.RUSAGE_SELF)\n"
-        # Linux keeps ru_maxrss across fork + exec (the parent's RSS at the fork, here
-        # the generated frames); VmHWM is this process image's own peak
-        "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
-        "peak = int(hwm[0]) if hwm else r.ru_maxrss\n"
-        "print('BENCH', json.dumps({'peak_kb': peak, 'cpu_s': r.ru_utime + r.ru_stime}))\n"
-    )
-    # this checkout's sources first, not an installed fedep
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
-    )
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"fedep {' '.join(args)} failed:\n{proc.stderr}")
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")][-1]
-    r = json.loads(line[6:])
-    m = re.search(r"\(([\d,]+) records/s\)", proc.stderr)
+    """``fedep ARGS`` in a child: its wall, CPU and own peak RSS."""
+    m = run_measured([sys.executable, "-c", FEDEP_CHILD, *args])
+    r = re.search(r"\(([\d,]+) records/s\)", m.stderr)
     return {
-        "wall_s": wall,
-        "cpu_s": r["cpu_s"],
-        "peak_rss_mb": r["peak_kb"] / 1024,
-        "scoring_records_per_s": int(m.group(1).replace(",", "")) if m else None,
+        "wall_s": m.seconds,
+        "cpu_s": m.cpu_seconds,
+        "peak_rss_mb": m.peak_kb / 1024,
+        "scoring_records_per_s": int(r.group(1).replace(",", "")) if r else None,
     }
 
 
@@ -166,8 +139,7 @@ def main(argv=None) -> None:
         "cpu_count": os.cpu_count(),
     }
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(results, indent=2))
+        write_json(a.out, results)
     print(json.dumps(results, indent=2))
 
 

@@ -23,6 +23,7 @@ import os
 import time
 
 import numpy as np
+from _common import write_json
 
 
 def _per_round(history: list[dict]) -> dict:
@@ -97,8 +98,7 @@ def main(argv=None) -> dict:
         report["runs"].append(run(a.dataset, k, a.max_rows, a.n_rounds, a.n_components))
         print(json.dumps(report["runs"][-1]))
     report["load_after"] = os.getloadavg()
-    with open(a.out, "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(a.out, report, indent=1)
     return report
 
 

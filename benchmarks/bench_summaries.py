@@ -28,10 +28,10 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _common import write_json
 
 import fedep
 from fedep.features import summarize_columns
@@ -121,8 +121,7 @@ def main(argv=None) -> None:
         print(name, json.dumps(results[name]), flush=True)
         del df
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+    write_json(a.out, results)
     print(f"wrote {a.out}")
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.metrics import roc_auc_score
 
 from fedep.core.rank import choose_rank
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--out", default="transform.json")
     a = ap.parse_args()
     res = {n: run(n, a.data_dir, a.ranks) for n in a.datasets}
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    write_json(a.out, res, indent=1)
     print(f"wrote {a.out}")
 
 

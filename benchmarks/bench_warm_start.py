@@ -46,6 +46,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import write_json
 from sklearn.metrics import roc_auc_score
 
 from fedep import FedEP, FedPG
@@ -132,8 +133,7 @@ def main(argv=None):
             out["results"][f"{name}/{m}"] = rec
             print(name, m, json.dumps(rec), flush=True)
     path = Path(a.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print("wrote", path)
 
 

@@ -42,14 +42,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import ROOT, child_env, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _zeek import FIELDS, TYPES, flows, write_zeek  # noqa: E402
 from fedep._procs import stop_group  # noqa: E402
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+ENV = child_env()
 
 
 def header(k: int = 0) -> bytes:
@@ -313,11 +313,9 @@ def main() -> None:
         }
         for name in parts:
             result[name] = runs[name]()
-            text = json.dumps(result, indent=2)
             if args.out:  # after each part: a long run's earlier parts are kept
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(text + "\n")
-    print(text)
+                write_json(args.out, result)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_json
 
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import random_stiefel
@@ -68,8 +69,7 @@ def main(argv=None) -> dict:
         print(json.dumps(row), flush=True)
     out = {"args": vars(a) | {"out": str(a.out)}, "rows": rows, "loadavg": os.getloadavg()}
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(out, indent=1))
+        write_json(a.out, out, indent=1)
     return out
 
 

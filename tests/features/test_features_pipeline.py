@@ -62,6 +62,17 @@ def test_fit_from_summaries_two_rounds(fitted):
     np.testing.assert_allclose(server.transform(df), pipe.transform(df), rtol=1e-12, atol=1e-12)
 
 
+def test_output_moments_are_the_transformed_records_moments(fitted):
+    pipe, df, groups = fitted
+    for g in range(4):
+        frame = df[groups == g]
+        got = pipe.output_moments(pipe.gateway_moments(frame))
+        want = client_moments(pipe.transform(frame))
+        assert got.count == want.count == len(frame)
+        np.testing.assert_allclose(got.mean, want.mean, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got.m2, want.m2, rtol=1e-10, atol=1e-9)
+
+
 def test_unseen_category_goes_to_other(fitted):
     pipe, df, _ = fitted
     x = df.iloc[:3].copy()

@@ -162,6 +162,13 @@ def test_pipeline_and_model_identical_in_process_and_over_flower(tmp_path):
         "evaluate.finalize",
     ]
     assert {"summaries_sent", "feature_moments_received"} <= set(res.setup_bytes["b"])
+    # The encoded features' moments are asked once: the outputs' follow from them, and
+    # the second query.moments (the fitted pipeline) is answered by the count alone.
+    second = [m for _, m in grid.sent if m.metadata.message_type == "query.moments"][3:]
+    assert len(second) == 3 and not any("moments" in m.content for m in second)
+    n_out = len(fl.get_feature_names_out())
+    assert {m.content["count"]["n-features"] for m in second} == {n_out}
+    assert sorted(m.content["count"]["count"] for m in second) == sorted(map(len, frames))
 
 
 def _summary_replies(grid):

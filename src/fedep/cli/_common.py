@@ -459,6 +459,28 @@ def load_model(path, verify_key: str | None = None, require_signature: bool = Fa
     return det
 
 
+def load_warm_start(args: argparse.Namespace):
+    """The model of ``--warm-start`` (:func:`load_model` with ``--verify-key``), which
+    must be of the class ``--method`` fits (``fedep fit`` and ``fedep federate``).
+
+    Raises
+    ------
+    UsageError
+        A model of another method.
+    """
+    # start-up time: see the module docstring
+    from fedep.detectors import make_estimator
+
+    det = load_model(args.warm_start, args.verify_key)
+    want = type(make_estimator(args.method))
+    if type(det) is not want:
+        raise UsageError(
+            f"--warm-start: {args.warm_start} is a {type(det).__name__} model, --method "
+            f"{args.method} fits {want.__name__}"
+        )
+    return det
+
+
 def check_columns(det, columns, path) -> None:
     """One error naming every column the model needs that ``columns`` lacks."""
     # start-up time: see the module docstring

@@ -55,7 +55,7 @@ from fedep.cli._common import (
     err,
     finite_float,
     info,
-    load_model,
+    load_warm_start,
     methods_text,
     positive_int,
 )
@@ -413,13 +413,7 @@ def _warm_start_config(args: argparse.Namespace) -> dict:
         if args.verify_key is not None:
             raise UsageError("--verify-key checks the --warm-start model: give --warm-start")
         return {}
-    model = load_model(args.warm_start, args.verify_key)
-    want = type(make_estimator(args.method))
-    if type(model) is not want:
-        raise UsageError(
-            f"--warm-start: {args.warm_start} is a {type(model).__name__} model, --method "
-            f"{args.method} fits {want.__name__}"
-        )
+    load_warm_start(args)  # the model and its signature checked before any process starts
     return {
         "warm-start": str(Path(args.warm_start).expanduser().resolve()),
         "warm-start-verify-key": args.verify_key or "",

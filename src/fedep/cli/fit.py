@@ -48,7 +48,7 @@ from fedep.cli._common import (
     check_output_file,
     command_parser,
     info,
-    load_model,
+    load_warm_start,
     methods_text,
     signing_key_text,
 )
@@ -168,13 +168,7 @@ def warm_estimator(args: argparse.Namespace):
         raise UsageError(
             "--warm-start keeps the model's feature pipeline: drop the pipeline options"
         )
-    det = load_model(args.warm_start, args.verify_key)
-    want = type(make_estimator(args.method))
-    if type(det) is not want:
-        raise UsageError(
-            f"--warm-start: {args.warm_start} is a {type(det).__name__} model, --method "
-            f"{args.method} fits {want.__name__}"
-        )
+    det = load_warm_start(args)
     det.set_params(**params_from_args(args, detector_param_table()), warm_start=True)
     validate_params(det)
     return det

@@ -458,7 +458,7 @@ class FedEPCohort:
         metrics.update(projection=projection, grad_scale=grad_scale, l21=self.beta[sel] * l21)
         metrics["x_norm2"] = self.trX[sel].copy()
         return RoundReport(
-            W=res.W.copy(),
+            W=res.W,  # a fresh array (the state holds its own copy above)
             Pi=self.Pi[sel].copy(),
             nu=self.nu[sel].copy(),
             metrics=metrics,

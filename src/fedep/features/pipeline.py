@@ -489,6 +489,25 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         """Round 2 on one gateway: moments of its encoded (unscaled) features."""
         return client_moments(self.encode(X))
 
+    def output_moments(self, encoded: Moments) -> Moments:
+        """The moments of :meth:`transform`'s output from those of :meth:`encode`'s
+        (a gateway's :meth:`gateway_moments`): centring and scaling are affine, so the
+        server needs no second pass over a gateway's records (equal to rounding).
+
+        Parameters
+        ----------
+        encoded : Moments
+            Of ``n_features_out`` encoded features.
+
+        Returns
+        -------
+        Moments
+            Of the same records after centring and scaling.
+        """
+        self._check_decided()
+        mean = (encoded.mean - self.mean_) / self.scale_
+        return Moments(encoded.count, mean, encoded.m2 / self.scale_**2)
+
     def fit_scaling(self, moments: Sequence[Moments]) -> FeaturePipeline:
         """Server side of round 2: merge the gateways' moments and apply ``scale_rule``."""
         self._check_decided()
@@ -544,19 +563,13 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        df = _as_frame(X)
-        codes, k = _group_codes(groups, len(df))
-        self.fit_from_summaries([self.summarize(f) for f in _gateway_frames(df, codes, k)])
-        if self.scale_rule is not None:
-            self.fit_scaling([self.gateway_moments(f) for f in _gateway_frames(df, codes, k)])
+        self._fit_encoded(X, groups, keep=False)
         return self
 
     def fit_transform(self, X: pd.DataFrame, y=None, groups=None) -> np.ndarray:
         """:meth:`fit`, then :meth:`transform` of ``X``, encoding every row once.
 
-        The same array as ``fit(X, groups=groups).transform(X)``: each gateway's
-        moments (round 2) are those of its rows of the encoded table, which are the
-        rows its own frame encodes to.
+        The same array as ``fit(X, groups=groups).transform(X)``.
 
         Parameters
         ----------
@@ -569,9 +582,27 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples, n_features_out), float64
         """
+        Z = self._fit_encoded(X, groups, keep=True)
+        _center_scale(Z, self.mean_, self.scale_)
+        return Z
+
+    def _fit_encoded(self, X: pd.DataFrame, groups, keep: bool) -> np.ndarray | None:
+        """The two federated rounds of :meth:`fit`, encoding every row once.
+
+        Each gateway's moments (round 2) are those of its rows of the encoded table,
+        which are the rows its own frame encodes to (:meth:`gateway_moments`).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features_out), float64, or None
+            The encoded (unscaled) table; None when ``keep`` is false and no scaling
+            needed it.
+        """
         df = _as_frame(X)
         codes, k = _group_codes(groups, len(df))
         self.fit_from_summaries([self.summarize(f) for f in _gateway_frames(df, codes, k)])
+        if self.scale_rule is None and not keep:
+            return None
         Z = self.encode(df)
         del df
         if self.scale_rule is not None:
@@ -579,7 +610,6 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 self.fit_scaling([client_moments(Z)])
             else:
                 self.fit_scaling([client_moments(Z[codes == j]) for j in range(k)])
-        _center_scale(Z, self.mean_, self.scale_)
         return Z
 
     # ------------------------------------------------------------------ transform

@@ -234,6 +234,14 @@ def _pipeline(data: dict):
     return FeaturePipeline.from_dict(data)
 
 
+def _count_reply(msg: Message, X: np.ndarray, label: str) -> Message:
+    """The gateway's record count and number of features, without moments."""
+    count = MetricRecord({"count": int(X.shape[0]), "n-features": int(X.shape[1])})
+    return Message(
+        RecordDict({"count": count, "client": ConfigRecord({"label": label})}), reply_to=msg
+    )
+
+
 def _moments_reply(msg: Message, X: np.ndarray, label: str, m=None) -> Message:
     m = client_moments(X) if m is None else m
     content = RecordDict(
@@ -289,7 +297,8 @@ def moments(msg: Message, context: Context) -> Message:
     With ``features`` ``{"mode": "auto"}`` a gateway holding a raw table checks it and
     replies ``source`` = ``table`` (its features need the pipeline first); with
     ``{"mode": "pipeline", "pipeline": ...}`` it transforms its table by that fitted
-    pipeline, keeps the result and replies its moments.
+    pipeline, keeps the result and replies its moments (with ``"moments": false``, its
+    record count only: the server has them from ``feature_moments``).
 
     A gateway whose records cannot be loaded replies an error whose reason is one
     line naming the file and the problem (the server records it in ``failed``).
@@ -312,13 +321,7 @@ def moments(msg: Message, context: Context) -> Message:
                     _clip_records(context, noise, X)
             except ValueError as exc:
                 return _data_error(msg, exc, context)
-            content = RecordDict(
-                {
-                    "count": MetricRecord({"count": X.shape[0], "n-features": X.shape[1]}),
-                    "client": ConfigRecord({"label": meta["label"]}),
-                }
-            )
-            return Message(content, reply_to=msg)
+            return _count_reply(msg, X, meta["label"])
     for key in (_KEEP, _FEEDBACK, _REF):  # a new fit: every record until trimming says
         if key in context.state.array_records:
             del context.state[key]
@@ -330,6 +333,8 @@ def moments(msg: Message, context: Context) -> Message:
             context.state[_DATA] = to_array_record(X=X)
             meta = {"label": label, "feature_names": None, "features": feats["pipeline"]}
             _set_meta(context, meta)
+            if not feats.get("moments", True):  # the server has them (feature_moments)
+                return _knows(_count_reply(msg, X, label), context)
             return _knows(_moments_reply(msg, X, label), context)
         if mode == "auto" and holds_table(context.node_config):
             df, label = load_gateway_table(context.node_config)

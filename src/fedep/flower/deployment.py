@@ -385,29 +385,35 @@ class LocalDeployment:
         )
         self._wait_port(self.port, "superlink")
         for i, cfg in enumerate(self.node_configs):
-            runtime_port = free_port()
-            node = self._spawn(
-                f"supernode-{i}",
-                [
-                    *self._supernode_cmd(),
-                    "--insecure",
-                    "--superlink",
-                    f"127.0.0.1:{self.port}",
-                    "--isolation",
-                    self.isolation,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(runtime_port),
-                    "--node-config",
-                    node_config_text(cfg),
-                    *self._runtime_auth(f"executor-{i}"),
-                ],
-            )
-            if self.isolation == "process":
-                secret = self.workdir / f"executor-{i}.secret"
-                self._spawn(f"executor-{i}", executor_cmd(runtime_port, node.pid, None, secret))
+            self._start_node(i, cfg, f"127.0.0.1:{self.port}", ["--insecure"])
         return self
+
+    def _start_node(self, i: int, cfg: dict, superlink: str, tls: list[str]) -> None:
+        """Start SuperNode ``i`` (node config ``cfg``) connected to ``superlink`` with
+        the transport options ``tls``, and its executor in ``--isolation process``."""
+        runtime_port = free_port()
+        node = self._spawn(
+            f"supernode-{i}",
+            [
+                *self._supernode_cmd(),
+                *tls,
+                "--superlink",
+                superlink,
+                "--isolation",
+                self.isolation,
+                # the Runtime API that serves the ClientApp never leaves this machine
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(runtime_port),
+                "--node-config",
+                node_config_text(cfg),
+                *self._runtime_auth(f"executor-{i}"),
+            ],  # fmt: skip
+        )
+        if self.isolation == "process":
+            secret = self.workdir / f"executor-{i}.secret"
+            self._spawn(f"executor-{i}", executor_cmd(runtime_port, node.pid, None, secret))
 
     def _wait_port(
         self, port: int, name: str, timeout: float = 30.0, host: str = "127.0.0.1"

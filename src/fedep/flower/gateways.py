@@ -11,7 +11,9 @@ first contact                 ``query.moments``                label, moments or
                                                                ``source = table``
 ``features``                  ``query.summaries``,             column summaries,
                               ``query.feature_moments``        moments of encoded features
-``moments`` (raw tables)      ``query.moments`` + pipeline     moments of its outputs
+``moments`` (raw tables)      ``query.moments`` + pipeline     its count (the moments of
+                                                               its outputs only when no
+                                                               feature moments came)
 ``gram``                      ``query.gram``                   ``Z_i^T Z_i``, count
 ``records``                   ``query.trim``                   counts and sums
 ``setup``                     ``train.setup`` (+ its own       ack (+ one-shot sketch)
@@ -147,6 +149,9 @@ class FlowerGateways:
         self.columns = dict(columns or {})
         self.secure, self.n_features = bool(secure), n_features
         self._pipe: FeaturePipeline | None = None
+        # each raw-table gateway's moments of its encoded features (the scaling phase):
+        # its outputs' moments follow from them (FeaturePipeline.output_moments)
+        self._encoded: dict[str, Moments] | None = None
         self._records: RemoteRecords | None = None
         self._clients: RemoteClients | None = None
 
@@ -400,6 +405,7 @@ class FlowerGateways:
             n_out = len(pipe.get_feature_names_out())
             parsed = self._parse(replies, "feature_moments", self._reader(n_out))
             pipe.fit_scaling([m for _, m in parsed])
+            self._encoded = dict(parsed)
         log(INFO, "fedep: feature pipeline fitted: %d features", len(pipe.get_feature_names_out()))
         self._pipe = pipe
         return pipe
@@ -432,15 +438,35 @@ class FlowerGateways:
                 )
             self._moments = [Moments(total, mean, np.maximum(second.sums["m2"], 0.0))]
         if self._moments is None:
-            content = json_record(
-                "features", {"mode": "pipeline", "pipeline": self._pipe.to_dict()}
-            )
-            replies = self._ask(content, "query.moments", "moments", "the moments")
-            n_out = len(self._pipe.get_feature_names_out())
-            self._moments = dict(self._parse(replies, "moments", self._reader(n_out)))
+            self._moments = self._pipeline_moments()
         if self.secure:
             return self._moments  # one pooled sum: no gateway's share can be taken out
         return [self._moments[lab] for lab in self.roster.order if lab in self._moments]
+
+    def _pipeline_moments(self) -> dict[str, Moments]:
+        """Every raw-table gateway transforms its table by the fitted pipeline and keeps
+        the result; it replies its outputs' moments only when the server lacks its
+        encoded features' moments (no scaling phase: ``scale_rule=None``, a warm
+        start), else its record count, which must be the one it declared."""
+        pipe, encoded = self._pipe, self._encoded
+        query = {"mode": "pipeline", "pipeline": pipe.to_dict(), "moments": encoded is None}
+        replies = self._ask(json_record("features", query), "query.moments", "moments",
+                            "the moments")  # fmt: skip
+        n_out = len(pipe.get_feature_names_out())
+        if encoded is None:
+            return dict(self._parse(replies, "moments", self._reader(n_out)))
+
+        def kept(lab, rep):
+            c = rep.content["count"]
+            n, width = read_count(c["count"]), read_count(c["n-features"], "n-features")
+            if n != self.declared.get(lab) or width != n_out:
+                raise ValueError(
+                    f"{n} records of {width} features, but it declared "
+                    f"{self.declared.get(lab)} records and the pipeline has {n_out} features"
+                )
+            return pipe.output_moments(encoded[lab])
+
+        return dict(self._parse(replies, "moments", kept))
 
     def _private_secure_moments(self) -> Moments:
         """The pooled moments of a private secure run: one secure sum of each gateway's

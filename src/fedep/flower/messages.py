@@ -9,9 +9,13 @@ Message types (ServerApp -> ClientApp), in order:
     gateway holding a raw table (``data-path``) then checks its table and replies
     ``source`` (``kind = "table"``) and its label instead of moments: its features come
     from a :class:`~fedep.features.FeaturePipeline` fitted in the two phases below,
-    after which the server asks ``query.moments`` again with ``{"mode": "pipeline",
-    "pipeline": <FeaturePipeline.to_dict()>}`` and the gateway replies the moments of
-    its transformed table (which it keeps, with the pipeline, for the later phases).
+    after which the server sends ``query.moments`` again with ``{"mode": "pipeline",
+    "pipeline": <FeaturePipeline.to_dict()>, "moments": ...}``: the gateway transforms
+    its table (and keeps it, with the pipeline, for the later phases) and replies its
+    ``count`` (records, ``n-features``) and, only with ``"moments": true`` (no
+    ``query.feature_moments`` before it: no scaling, or a warm start's pipeline), the
+    moments of its transformed table; else the server has them from the encoded
+    features' moments (:meth:`~fedep.features.FeaturePipeline.output_moments`).
 ``query.summaries`` (tables only)
     reply: ``ConfigRecord`` ``summary``: ``FeaturePipeline.summarize(frame).to_dict()``
     as JSON -- column summaries (counts, moments, sketches, top categories), no record.

@@ -26,10 +26,7 @@ from fedep.flower.deployment import (
     ANSI,
     LocalDeployment,
     RunFailed,
-    executor_cmd,
-    free_port,
     log_error,
-    node_config_text,
 )
 from fedep.flower.tls import ServerFiles
 
@@ -242,29 +239,7 @@ class GatewayRole(LocalDeployment):
         if not self.insecure:
             tls = ["--root-certificates", str(self.root_certificates)]
             tls += ["--auth-supernode-private-key", str(self.node_key)]
-        runtime_port = free_port()
-        node = self._spawn(
-            "supernode-0",
-            [
-                *self._supernode_cmd(),
-                *tls,
-                "--superlink",
-                self.superlink,
-                "--isolation",
-                self.isolation,
-                # the Runtime API that serves the ClientApp never leaves this machine
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(runtime_port),
-                "--node-config",
-                node_config_text(self.node_configs[0]),
-                *self._runtime_auth("executor-0"),
-            ],  # fmt: skip
-        )
-        if self.isolation == "process":
-            secret = self.workdir / "executor-0.secret"
-            self._spawn("executor-0", executor_cmd(runtime_port, node.pid, None, secret))
+        self._start_node(0, self.node_configs[0], self.superlink, tls)
         return self
 
     def wait_model(self, timeout: float, once: bool = True, on_wait=None) -> Path | None:

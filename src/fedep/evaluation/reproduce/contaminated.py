@@ -50,6 +50,7 @@ from fedep.evaluation.reproduce.cells import Cell
 __all__ = [
     "CONTAMINATED_METHODS",
     "MCDReference",
+    "training_rows",
     "training_set",
     "contaminated_cells",
     "collect_contaminated",
@@ -67,12 +68,23 @@ CONTAMINATED_METHODS = (
 )
 
 
-def training_set(X, y, share: float, n_normal: int, rng):
-    """``n_normal`` normal rows and attack rows making ``share`` of the result.
+def training_rows(y, share: float, n_normal: int, rng) -> tuple[np.ndarray, float]:
+    """Indices of ``n_normal`` normal rows, then of attack rows making ``share`` of them.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        0 normal, 1 attack.
+    share : float
+        The attacks' share of the result, in [0, 1).
+    n_normal : int
+        Normal rows drawn (all of them when there are fewer).
+    rng : numpy.random.Generator
 
     Returns
     -------
-    X : ndarray of shape (n_normal + n_attack, n_features)
+    idx : ndarray of shape (n_normal + n_attack,)
+        Distinct rows: the normal ones first.
     true_share : float
         ``n_attack / n`` (the share actually injected: there may be fewer attacks).
     """
@@ -81,7 +93,20 @@ def training_set(X, y, share: float, n_normal: int, rng):
     rows = rng.choice(normal, min(n_normal, normal.size), replace=False)
     n_att = int(round(share / (1.0 - share) * rows.size))
     att = rng.choice(attack, min(n_att, attack.size), replace=False)
-    return X[np.concatenate([rows, att])], att.size / (rows.size + att.size)
+    return np.concatenate([rows, att]), att.size / (rows.size + att.size)
+
+
+def training_set(X, y, share: float, n_normal: int, rng):
+    """The rows of ``X`` that :func:`training_rows` draws.
+
+    Returns
+    -------
+    X : ndarray of shape (n_normal + n_attack, n_features)
+    true_share : float
+        ``n_attack / n`` (the share actually injected: there may be fewer attacks).
+    """
+    idx, true_share = training_rows(y, share, n_normal, rng)
+    return X[idx], true_share
 
 
 class MCDReference:
