@@ -1,7 +1,8 @@
 """Compiled (numba) hot loops, each beside the NumPy reference it is tested against.
 
-- :mod:`~fedep.core._kernels.data`: FedEP's fused per-record S-, U- and dual steps,
-  the dual step and the per-client Gram terms;
+- :mod:`~fedep.core._kernels.data`: FedEP's fused per-record S-, U- and dual steps
+  (and their per-element halves for clients that keep no dual array), the dual step
+  and the per-client Gram terms;
 - :mod:`~fedep.core._kernels.wstep`: the per-client ManPG W-step (SSN, line search),
   with its polar and QR retractions in :mod:`~fedep.core._kernels.retraction`;
 - :mod:`~fedep.core._kernels.fedpg`: FedPG's local epochs.
@@ -17,7 +18,13 @@ from __future__ import annotations
 from fedep.core._kernels import _dispatch
 from fedep.core._kernels._dispatch import requested_mode
 from fedep.core._kernels._jit import HAVE_NUMBA, numba
-from fedep.core._kernels.data import dual_step, fused_data_step, gram_terms
+from fedep.core._kernels.data import (
+    dual_step,
+    fused_data_step,
+    gram_terms,
+    s_step_rows,
+    u_step_rows,
+)
 from fedep.core._kernels.fedpg import fedpg_clients
 
 # Private compiled pieces, re-exported (``as`` the same name) for the kernel tests.
@@ -41,6 +48,8 @@ __all__ = [
     "numba",
     "pick",
     "requested_mode",
+    "s_step_rows",
+    "u_step_rows",
     "vech_maps",
 ]
 
@@ -50,6 +59,8 @@ _PUBLIC = {
     "fedpg_clients": fedpg_clients,
     "gram_terms": gram_terms,
     "manpg_clients": manpg_clients,
+    "s_step_rows": s_step_rows,
+    "u_step_rows": u_step_rows,
 }
 
 
