@@ -28,14 +28,17 @@ normal rows only (67,343 x 34), the intended use of a detector of normal traffic
 (default ``--clients 20 500 5000``) on the NSL-KDD training set and, at fixed gateway
 counts, on every 2nd and 4th of its rows; on one thread (BLAS limited to one, the
 cohorts' own rule); wall and CPU seconds (``time.process_time``, less sensitive to a
-busy machine) of the floor and of every round, and a least-squares fit of the round's
-CPU time as ``a * gateways + b * rows`` per method (the scaling in gateways and
+busy machine) of the floor and of every round, the CPU seconds of the parts of a
+round (FedEP's W-step, data step, the Gram matrices within it and the Gram terms; each
+method's client side; ``*_floors``: the same in floors), and a least-squares fit of the
+round's CPU time as ``a * gateways + b * rows`` per method (the scaling in gateways and
 rows). The load average is recorded before and after every point.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -47,6 +50,7 @@ from _common import write_json
 from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 
+import fedep.core.fedep as fedep_module
 from fedep import FedEP, FedPG
 from fedep.core import _kernels
 from fedep.core.cohort import make_cohort
@@ -159,17 +163,64 @@ def _cpu_floor(blocks, repeats=15):
     return float(np.median(wall)), float(np.median(cpu))
 
 
+def _cpu_group_grams(groups, repeats=7):
+    """Median CPU seconds of FedEP's Gram matrices of every padded group, one thread."""
+    cpu = []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        for g in groups:
+            np.matmul(np.swapaxes(g.U, 1, 2), g.U)
+        cpu.append(time.process_time() - c0)
+    return float(np.median(cpu))
+
+
+@contextlib.contextmanager
+def _cpu_parts(cohort, method):
+    """CPU seconds of the parts of every round, per part: ``{part: [seconds, ...]}``.
+
+    FedEP: ``wstep`` (the ManPG W-step of every gateway), ``data`` (the fused S-, U- and
+    dual step and the Gram matrices it forms again), ``gram_terms`` and ``client`` (the
+    whole client side); FedPG: ``client``. The server step and the round loop are the
+    rest of a round. Wrappers on this cohort (and on the W-step's name in
+    :mod:`fedep.core.fedep`, restored on exit); a call costs under a microsecond.
+    """
+    parts: dict[str, list[float]] = {}
+
+    def timed(fn, name):
+        def call(*args, **kwargs):
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                parts.setdefault(name, []).append(time.process_time() - c0)
+
+        return call
+
+    wstep = fedep_module.manpg_w_step
+    cohort.local_round = timed(cohort.local_round, "client")
+    if method == "fedep":
+        fedep_module.manpg_w_step = timed(wstep, "wstep")
+        cohort._data_step = timed(cohort._data_step, "data")
+        cohort._gram_terms = timed(cohort._gram_terms, "gram_terms")
+    try:
+        yield parts
+    finally:
+        fedep_module.manpg_w_step = wstep
+
+
 def _timed_rounds(cohort, method, V0, n_rounds):
     """Wall and CPU seconds of each round of the one round loop (the set-up round
-    dropped)."""
+    dropped), and the median CPU seconds of each part of a round (:func:`_cpu_parts`)."""
     cpu = [time.process_time()]
 
     def on_round(rnd, V, record):
         cpu.append(time.process_time())
 
-    res = run_rounds(cohort, method, V0, n_rounds=n_rounds, tol=0.0, on_round=on_round)
+    with _cpu_parts(cohort, method) as parts:
+        res = run_rounds(cohort, method, V0, n_rounds=n_rounds, tol=0.0, on_round=on_round)
     wall = [rec["time_s"] for rec in res.history]
-    return wall[1:], list(np.diff(cpu))[1:]
+    medians = {name: float(np.median(v[1:])) for name, v in parts.items()}
+    return wall[1:], list(np.diff(cpu))[1:], medians
 
 
 def scaling_point(X, key, d, step, r, n_rounds, kernel="auto"):
@@ -186,16 +237,26 @@ def scaling_point(X, key, d, step, r, n_rounds, kernel="auto"):
     floors = [_cpu_floor(blocks)]
     for method, est in (("fedep", FedEP(n_components=r)), ("fedpg", FedPG(n_components=r))):
         cohort = _cohort(est, blocks, V0, kernel)
-        wall, cpu = _timed_rounds(cohort, method, V0, n_rounds)
+        wall, cpu, parts = _timed_rounds(cohort, method, V0, n_rounds)
+        if method == "fedep":
+            # The part of the data step that forms the Gram matrices U_i^T U_i again
+            # (the same batched products over the padded groups).
+            parts["data_gram"] = _cpu_group_grams(cohort.groups)
         del cohort
         floors.append(_cpu_floor(blocks))
         out[f"{method}_round_s"] = float(np.median(wall))
         out[f"{method}_round_cpu_s"] = float(np.median(cpu))
+        for name, seconds in parts.items():
+            out[f"{method}_{name}_cpu_s"] = seconds
     out["floor_s"] = float(np.median([f[0] for f in floors]))
     out["floor_cpu_s"] = float(np.median([f[1] for f in floors]))
     for method in ("fedep", "fedpg"):
         out[f"{method}_over_floor"] = out[f"{method}_round_s"] / out["floor_s"]
         out[f"{method}_cpu_over_floor"] = out[f"{method}_round_cpu_s"] / out["floor_cpu_s"]
+    for method in ("fedep", "fedpg"):
+        for key in [k for k in out if k.startswith(f"{method}_") and k.endswith("_cpu_s")]:
+            if key != f"{method}_round_cpu_s":
+                out[key.replace("_cpu_s", "_floors")] = out[key] / out["floor_cpu_s"]
     out["load_after"] = os.getloadavg()[0]
     return out
 

@@ -37,14 +37,16 @@ def dense_round(X, S, U, Lam, W, mu, alpha):
     return S_new.T, U_new.T, L_new.T
 
 
+@pytest.mark.parametrize("dual_rows", [4096, 1], ids=["stored-A", "recomputed-A"])
 @pytest.mark.parametrize("kernel", ["numpy", "numba"])
-def test_data_step_matches_dense_reference(kernel):
+def test_data_step_matches_dense_reference(kernel, dual_rows):
     rng = np.random.default_rng(0)
     blocks = [rng.standard_normal((m, 7)) for m in (30, 45, 12)]
     blocks[1][3, 2] += 25.0  # a gross error for S to absorb
     V0 = random_stiefel(7, 2, rng)
-    s = _settings(alpha=1.5, mu=2.0, inner_max_iter=3, kernel=kernel)
+    s = _settings(alpha=1.5, mu=2.0, inner_max_iter=3, kernel=kernel, dual_rows=dual_rows)
     coh = FedEPCohort(blocks, V0, 0.01, 1.0, s)
+    assert all((g.A is None) == (dual_rows == 1) for g in coh.groups)
     state = [(b, np.zeros_like(b), b.copy(), np.zeros_like(b)) for b in blocks]
     V = V0
     for _ in range(4):
@@ -63,7 +65,7 @@ def test_data_step_matches_dense_reference(kernel):
         j = int(np.flatnonzero(g.clients == i)[0])
         n_i = X.shape[0]
         assert np.allclose(g.U[j, :n_i], U, atol=1e-10)
-        assert np.allclose(s.mu * g.A[j, :n_i], L, atol=1e-10)
+        assert np.allclose(s.mu * coh.duals()[i], L, atol=1e-10)
         assert np.allclose(coh.G[i], U.T @ U, atol=1e-9)
     assert abs(coh.corruption()[1][3, 2]) > 3
 
@@ -209,8 +211,9 @@ def test_partial_participation_leaves_others_untouched(federation):
     assert not np.allclose(coh.W[[2, 5]], W_before[[2, 5]])
 
 
+@pytest.mark.parametrize("dual_rows", [4096, 1], ids=["stored-A", "recomputed-A"])
 @pytest.mark.parametrize("chunk_rows", [7, 64, 4096])
-def test_fused_kernel_matches_numpy_reference(chunk_rows):
+def test_fused_kernel_matches_numpy_reference(chunk_rows, dual_rows):
     # Uneven clients in padded groups, chunks cutting through clients and rows,
     # and partial participation: the compiled kernel and the NumPy reference
     # must produce the same iterates and the same per-client metrics.
@@ -221,7 +224,7 @@ def test_fused_kernel_matches_numpy_reference(chunk_rows):
     V0 = random_stiefel(12, 3, np.random.default_rng(5))
     runs = {}
     for kernel in ("numpy", "numba"):
-        s = _settings(alpha=0.7, mu=2.5, chunk_rows=chunk_rows, kernel=kernel)
+        s = _settings(alpha=0.7, mu=2.5, chunk_rows=chunk_rows, kernel=kernel, dual_rows=dual_rows)
         coh = FedEPCohort(blocks, V0, 1e-3, 1.0, s)
         V, reports = V0, []
         for k in range(6):
@@ -235,7 +238,9 @@ def test_fused_kernel_matches_numpy_reference(chunk_rows):
     assert np.allclose(a.G, b.G, rtol=1e-10, atol=1e-9)
     assert np.allclose(a.lmax, b.lmax, rtol=1e-10)
     for ga, gb in zip(a.groups, b.groups, strict=True):
-        assert np.allclose(ga.U, gb.U, atol=1e-10) and np.allclose(ga.A, gb.A, atol=1e-10)
+        assert np.allclose(ga.U, gb.U, atol=1e-10)
+    for Aa, Ab in zip(a.duals(), b.duals(), strict=True):
+        assert np.allclose(Aa, Ab, atol=1e-10)
     for ma, mb in zip(ra, rb, strict=True):
         for key in ("fit", "l1", "lam_terms", "data_residual", "projection", "grad_scale", "l21"):
             assert np.allclose(ma[key], mb[key], rtol=1e-9, atol=1e-9), key
@@ -280,3 +285,43 @@ def test_consensus_weights_set_nu_and_the_v_step(scaling, weights, expected):
 def test_unknown_consensus_weights_are_rejected():
     with pytest.raises(ValueError, match="consensus_weights"):
         FedEPCohort([np.ones((5, 3))], np.eye(3)[:, :1], 0.0, 1.0, _settings(consensus_weights="x"))
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_recomputed_duals_follow_the_stored_ones(kernel):
+    # A client of many rows keeps no A (recomputed from U and the last data step's
+    # basis): the same iterates as storing A, over rounds with partial participation,
+    # a restart and a checkpoint round trip.
+    rng = np.random.default_rng(7)
+    blocks = [rng.standard_normal((m, 8)) @ rng.standard_normal((8, 8)) for m in (300, 40, 260)]
+    blocks[0][5, 1] += 30.0
+    V0 = random_stiefel(8, 3, rng)
+    runs = {}
+    for dual_rows in (10**6, 100):
+        s = _settings(alpha=0.8, mu=1.5, kernel=kernel, dual_rows=dual_rows, max_group_rows=1)
+        coh = FedEPCohort(blocks, V0, 1e-3, 1.0, s)
+        V, metrics = V0, []
+        for k in range(6):
+            clients = None if k % 2 == 0 else np.array([0, 1])
+            rep = coh.local_round(V, clients, restart=k == 3)
+            metrics.append(rep.metrics)
+            V, _ = server_round("fedep", rep, V)
+            if k == 4:  # a gateway's checkpoint: state out, into a fresh cohort
+                fresh = FedEPCohort(blocks, V0, 1e-3, 1.0, s)
+                fresh.load_state(coh.state_arrays())
+                coh = fresh
+        runs[dual_rows] = (coh, V, metrics)
+    (a, Va, ma), (b, Vb, mb) = runs[10**6], runs[100]
+    assert [g.A is None for g in b.groups] == [True, True, False]  # 300, 260 rows; 40
+    assert "dual_basis.0" in b.state_arrays() and "A.0" in a.state_arrays()
+    assert np.allclose(Va, Vb, atol=1e-10)
+    assert np.allclose(a.W, b.W, atol=1e-10)
+    assert np.allclose(a.G, b.G, rtol=1e-10, atol=1e-9)
+    for Aa, Ab in zip(a.duals(), b.duals(), strict=True):
+        assert np.allclose(Aa, Ab, atol=1e-10)
+    for Sa, Sb in zip(a.corruption(), b.corruption(), strict=True):
+        assert np.allclose(Sa, Sb, atol=1e-10)
+    assert abs(b.corruption()[0][5, 1]) > 3
+    for x, y in zip(ma, mb, strict=True):
+        for key in ("fit", "l1", "lam_terms", "data_residual", "projection", "grad_scale"):
+            assert np.allclose(x[key], y[key], rtol=1e-9, atol=1e-9), key

@@ -99,6 +99,41 @@ def test_requested_mode_reads_the_environment(monkeypatch):
         _dispatch.requested_mode("cuda")
 
 
+def test_small_work_runs_numpy_until_numba_has_started(monkeypatch):
+    # a warm cache, no compiled kernel run in this process yet
+    started = []
+    monkeypatch.setattr(_dispatch, "ready", lambda kernel: True)
+    monkeypatch.setattr(_dispatch, "compile_in_background", started.append)
+    monkeypatch.setattr(_dispatch, "_numba_started", False)
+    monkeypatch.setattr(_dispatch, "_small_rows", 0)
+    quarter = _dispatch.START_ROWS // 4
+    assert not _dispatch.use_compiled(plus, "auto", rows=quarter)
+    assert not _dispatch.use_compiled(plus, "auto", rows=quarter)
+    assert not _dispatch.use_compiled(plus, "numpy", rows=10 * _dispatch.START_ROWS)
+    # the rows of small calls add up: the call that reaches START_ROWS starts numba ...
+    assert _dispatch.use_compiled(plus, "auto", rows=2 * quarter)
+    # ... and from then on every call, however small, runs compiled
+    assert _dispatch.use_compiled(plus, "auto", rows=1)
+    assert started == []
+    # one large call starts numba at once; numba mode and calls without rows (the
+    # solvers') are not affected by the rule
+    monkeypatch.setattr(_dispatch, "_numba_started", False)
+    monkeypatch.setattr(_dispatch, "_small_rows", 0)
+    assert _dispatch.use_compiled(plus, "auto", rows=_dispatch.START_ROWS)
+    for mode, rows in (("numba", 1), ("auto", None)):
+        monkeypatch.setattr(_dispatch, "_numba_started", False)
+        assert _dispatch.use_compiled(plus, mode, rows=rows)
+    # a cold cache: NumPy and the background compile, as before
+    monkeypatch.setattr(_dispatch, "ready", lambda kernel: False)
+    monkeypatch.setattr(_dispatch, "_numba_started", False)
+    assert not _dispatch.use_compiled(plus, "auto", rows=10 * _dispatch.START_ROWS)
+    assert started == [plus]
+
+
+def plus(x):  # stands for a dispatcher in the tests that patch ``ready``
+    return x + 1.0
+
+
 def test_ready_follows_numbas_on_disk_index(tiny_cache):
     fn = _tiny(tiny_cache)
     assert not _dispatch.ready(fn)  # nothing compiled, nothing cached

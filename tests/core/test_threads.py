@@ -19,30 +19,73 @@ def _no_override(monkeypatch):
 
 
 def test_small_products_get_one_thread():
-    assert choose_threads(SMALL_FLOPS / 2, cores=16, load=0.0) == 1
+    assert choose_threads(SMALL_FLOPS / 2, cores=16, busy=0.0) == 1
 
 
 @pytest.mark.parametrize(
-    ("cores", "load", "expected"),
-    [(2, 0.0, 2), (2, 1.0, 2), (2, 2.0, 1), (2, 12.0, 1), (8, 3.0, 6), (8, 1.4, 8), (1, 0.0, 1)],
+    ("cores", "busy", "expected"),
+    [(2, 0.0, 2), (2, 1.0, 1), (2, 11.0, 1), (8, 2.0, 6), (8, 0.4, 8), (1, 0.0, 1)],
 )
-def test_large_products_get_the_idle_cores(cores, load, expected):
-    # The load average counts this process's own thread, which is taken out.
-    assert choose_threads(BIG, cores=cores, load=load) == expected
+def test_large_products_get_the_idle_cores(cores, busy, expected):
+    assert choose_threads(BIG, cores=cores, busy=busy) == expected
+
+
+@pytest.mark.parametrize(
+    ("load", "runnable", "busy"),
+    [(0.2, 1, 0.0), (1.0, 1, 0.0), (3.0, 1, 2.0), (0.3, 5, 4.0), (6.5, 3, 5.5), (0.0, 0, 0.0)],
+)
+def test_busy_threads_take_the_busier_of_the_load_average_and_runnable_now(
+    monkeypatch, load, runnable, busy
+):
+    # a machine that has just become busy (runnable now, load average still low) counts
+    # at once; this process's own thread is taken out of either figure
+    monkeypatch.setattr(_threads.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(_threads, "_runnable_now", lambda: runnable)
+    assert _threads.busy_threads() == pytest.approx(busy)
+    monkeypatch.setattr(_threads, "available_cores", lambda: 2)
+    assert choose_threads(BIG) == max(1, min(2, round(2 - busy)))
+
+
+def test_runnable_now_reads_the_machine():
+    # this test's own thread is running while it reads /proc/loadavg (Linux)
+    n = _threads._runnable_now()
+    assert n >= 1 or not __import__("os").path.exists("/proc/loadavg")
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "affinity", "expected"),
+    [("max 100000", 8, 8), ("200000 100000", 8, 2), ("150000 100000", 8, 2), ("50000 100000", 8, 1),
+     ("400000 100000", 2, 2), (None, 4, 4)],
+)  # fmt: skip
+def test_available_cores_are_capped_by_the_cgroup_quota(monkeypatch, cpu_max, affinity, expected):
+    real_open = open
+
+    def fake_open(path, *a, **k):
+        if str(path).startswith("/sys/fs/cgroup/"):
+            if cpu_max is None or not str(path).endswith("cpu.max"):
+                raise FileNotFoundError(path)
+            import io
+
+            return io.StringIO(cpu_max + "\n")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    assert _threads.available_cores() == expected
 
 
 @pytest.mark.parametrize(("value", "expected"), [("1", 1), ("3", 3), ("64", 4)])
 def test_the_environment_fixes_the_threads_up_to_the_cores(monkeypatch, value, expected):
     monkeypatch.setenv(THREADS_ENV, value)
-    assert choose_threads(SMALL_FLOPS / 2, cores=4, load=9.0) == expected
-    assert choose_threads(BIG, cores=4, load=9.0) == expected
+    assert choose_threads(SMALL_FLOPS / 2, cores=4, busy=8.0) == expected
+    assert choose_threads(BIG, cores=4, busy=8.0) == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two", "", "1.5"])
 def test_a_bad_override_is_ignored(monkeypatch, value):
     monkeypatch.setenv(THREADS_ENV, value)
-    assert choose_threads(BIG, cores=4, load=1.0) == 4
-    assert choose_threads(SMALL_FLOPS / 2, cores=4, load=1.0) == 1
+    assert choose_threads(BIG, cores=4, busy=0.0) == 4
+    assert choose_threads(SMALL_FLOPS / 2, cores=4, busy=0.0) == 1
 
 
 def test_the_limit_is_applied_inside_and_lifted_after(monkeypatch):
@@ -69,3 +112,27 @@ def test_results_do_not_depend_on_the_threads(monkeypatch):
     np.testing.assert_allclose(one[0], np.einsum("ij,ij->i", R, R), rtol=1e-12)
     np.testing.assert_allclose(one[0], two[0], rtol=1e-12)
     np.testing.assert_allclose(np.abs(one[1]), np.abs(two[1]), rtol=1e-9, atol=1e-9)
+
+
+def test_a_whole_fit_runs_under_the_thread_limit(monkeypatch):
+    # a product that no call limits (here: whatever runs in a driver phase) gets the
+    # threads of a large product, not the BLAS library's default of every core
+    from fedep import FedEP
+    from fedep.data import make_federated_data
+    from fedep.federation.gateways import LocalGateways
+
+    seen = []
+    moments = LocalGateways.moments
+
+    def observed(self):
+        ctl = _threads._controller()
+        seen.extend(p["num_threads"] for p in ctl.info() if p["user_api"] == "blas")
+        return moments(self)
+
+    monkeypatch.setattr(LocalGateways, "moments", observed)
+    monkeypatch.setattr(_threads, "available_cores", lambda: 4)
+    monkeypatch.setattr(_threads, "busy_threads", lambda: 3.0)  # one core free
+    fed = make_federated_data(n_clients=3, n_features=6, n_components=2, n_samples=40,
+                              random_state=0)  # fmt: skip
+    FedEP(n_components=2, n_rounds=3, random_state=0).fit(fed.X_train, groups=fed.groups_train)
+    assert seen and all(t == 1 for t in seen), seen

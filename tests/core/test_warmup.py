@@ -9,7 +9,15 @@ from fedep import FedEP, FedPG
 from fedep.core import _kernels
 from fedep.core.warmup import warm_up
 
-KERNELS = ("fused_data_step", "dual_step", "gram_terms", "manpg_clients", "fedpg_clients")
+KERNELS = (
+    "fused_data_step",
+    "s_step_rows",
+    "u_step_rows",
+    "dual_step",
+    "gram_terms",
+    "manpg_clients",
+    "fedpg_clients",
+)
 
 
 @pytest.mark.skipif(not _kernels.HAVE_NUMBA, reason="numba not installed")
@@ -22,6 +30,8 @@ def test_a_fit_after_warm_up_compiles_nothing_new():
     X = rng.standard_normal((600, 5)) @ rng.standard_normal((5, 9))
     clients = np.repeat(np.arange(3), 200)
     FedEP(n_components=2, n_rounds=3).fit(X, groups=clients)
+    # a client of many rows: its duals are recomputed (fedep.core.large_clients)
+    FedEP(n_components=2, n_rounds=3).fit(rng.standard_normal((5000, 9)))
     FedPG(n_components=2, n_rounds=3).fit(X, groups=clients)
     after = {name: set(getattr(_kernels, name).signatures) for name in KERNELS}
     assert after == compiled

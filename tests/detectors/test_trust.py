@@ -42,7 +42,10 @@ def test_reference_start_recovers_the_normal_subspace_where_trimming_from_all_do
     assert projector_distance(plain.components_.T, B) > 0.5  # the attack mode took a direction
     assert projector_distance(with_ref.components_.T, B) < 0.1
     assert with_ref.trim_history_[0]["start"] == "reference"
-    assert with_ref.n_trim_steps_ >= 2  # switched on by the estimate, not by trim_steps
+    # switched on by the reference's evidence (not by trim_steps): one selection, one fit
+    assert with_ref.n_trim_steps_ == 1 and "trimming on" in with_ref.trust_["decision"]
+    # the flood leaves, most normal records stay (the reference's 90 % quantile)
+    assert 0.75 * (~y).sum() <= with_ref.trim_history_[0]["n_kept"] <= (~y).sum()
     assert abs(with_ref.contamination_ - y.mean()) <= 0.06  # noise ~0.04 with 60 records
     assert "60 reference records" in with_ref.contamination_reason_
 
@@ -136,3 +139,61 @@ def _quiet_fit(est, X, g, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return est.fit(X, groups=g, **kw)
+
+
+def _numpy_selection(X, ref, r, level):
+    """Independent NumPy reference of the selection: a maximum-likelihood PPCA of the
+    reference rows (eigendecomposition of their covariance), each row's PPCA distance,
+    and the rows at or below the reference's ``ceil(level * n)``-th smallest distance."""
+    R = X[ref]
+    mu = R.mean(axis=0)
+    w, U = np.linalg.eigh(np.cov(R.T, bias=True))
+    w, U = w[::-1], U[:, ::-1]
+    lam, sigma2 = w[:r], w[r:].sum() / (X.shape[1] - r)
+    Z = X - mu
+    T = Z @ U[:, :r]
+    d2 = (T**2 / lam).sum(axis=1) + ((Z**2).sum(axis=1) - (T**2).sum(axis=1)) / sigma2
+    cut = np.sort(d2[ref])[int(np.ceil(level * ref.sum())) - 1]
+    return d2 <= cut
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_selection_by_a_large_reference_is_the_numpy_selection(seed):
+    """From SELECT_MIN_REFERENCE records on, the fit keeps the rows at or below the
+    reference's SELECT_LEVEL quantile under the reference's PPCA and is fitted once on
+    them, contamination shown or not: same kept rows and basis as NumPy, the planted
+    flood out."""
+    from fedep.detectors.trust import SELECT_LEVEL, SELECT_MIN_REFERENCE
+
+    for share in (0.0, 0.1):
+        X, y, g, _, B = _federation(seed, share=share)
+        rng = np.random.default_rng(seed)
+        ref = np.zeros(X.shape[0], bool)
+        ref[rng.choice(np.flatnonzero(~y), SELECT_MIN_REFERENCE + 20, replace=False)] = True
+        est = PooledPCA(3, standardize=False, contamination="auto")
+        est.fit(X, groups=g, reference=ref)
+        keep = _numpy_selection(X, ref, 3, SELECT_LEVEL)
+        # the cuts come from count queries (bisection on log-distances): a record or
+        # two at the cut may fall either way
+        assert est.n_trim_steps_ == 1 and abs(est.trim_history_[0]["n_kept"] - keep.sum()) <= 3
+        assert "trimming on" in est.trust_["decision"]
+        if share == 0.0:  # nothing to show: the decision says the reference's size chose
+            assert "select whether or not contamination is shown" in est.trust_["decision"]
+        Zk = X[keep] - X[keep].mean(axis=0)
+        V = np.linalg.eigh(Zk.T @ Zk)[1][:, ::-1][:, :3]
+        assert projector_distance(est.components_.T, V) < 0.01
+        assert not (keep & y).any() and keep[~y].mean() >= 0.8
+        assert projector_distance(est.components_.T, B) < 0.1
+
+
+def test_a_large_reference_too_small_to_halve_still_selects_and_says_why():
+    """82 records make a rank-40 PPCA but not two (41 each): no evidence, and the
+    reference's size alone chooses the selection, in the decision's words."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1200, 50)) * np.linspace(3.0, 0.5, 50)
+    ref = np.zeros(X.shape[0], bool)
+    ref[rng.choice(X.shape[0], 82, replace=False)] = True
+    est = PooledPCA(40, standardize=False, contamination="auto")
+    est.fit(X, groups=np.arange(X.shape[0]) % 3, reference=ref)
+    assert "halves too small for a rank-40 test" in est.trust_["decision"]
+    assert "(>= 80) select" in est.trust_["decision"] and est.n_trim_steps_ == 1

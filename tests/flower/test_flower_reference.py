@@ -89,7 +89,9 @@ def test_reference_and_feedback_over_flower_are_the_inprocess_fit(tmp_path):
 
     assert det.trust_ is not None and det.trust_["n_reference"] == Rall.shape[0]
     assert det.feedback_["attack_labels"] == 8 and det.feedback_["excluded"] >= 8
-    assert det.n_trim_steps_ >= 1 and det.trim_history_[0].get("start") == "reference"
+    # the reference's selection (counts under the reference's PPCA), then one fit
+    assert det.n_trim_steps_ == 1 and det.trim_history_[0].get("start") == "reference"
+    assert "one fit on the training records" in det.trust_["decision"]
     assert len(res.trim_history) == det.n_trim_steps_
     for a, b in zip(det.trim_history_, res.trim_history, strict=True):
         assert a["n_kept"] == b["n_kept"] and a["share"] == pytest.approx(b["share"], rel=1e-12)

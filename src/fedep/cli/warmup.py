@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tempfile
 import time
 import warnings
@@ -13,6 +14,7 @@ import numpy as np
 
 from fedep.cli import main
 from fedep.cli._common import command_parser
+from fedep.core._kernels._dispatch import ENV
 from fedep.core.warmup import warm_up
 
 
@@ -32,6 +34,22 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_warmup)
 
 
+@contextlib.contextmanager
+def _compiling_kernels():
+    """``FEDEP_KERNELS=numba`` for the block: the tiny run's per-row kernels compile
+    (under ``auto`` a run this small stays on NumPy, and a cold kernel would only start
+    a background compile)."""
+    before = os.environ.get(ENV)
+    os.environ[ENV] = "numba"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+
+
 def _fit_and_score() -> None:
     """A tiny ``fedep fit`` and ``fedep score`` in a temporary directory: the feature
     pipeline and the scoring command's compiled line writer take the paths of a real
@@ -43,7 +61,11 @@ def _fit_and_score() -> None:
         rows = [",".join(f"{v:.6g}" for v in x) + f",g{i % 3}" for i, x in enumerate(X)]
         data.write_text("f0,f1,f2,f3,f4,f5,gateway\n" + "\n".join(rows) + "\n")
         model, scored = str(Path(tmp) / "m.fedep"), str(Path(tmp) / "scored.csv")
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            _compiling_kernels(),
+        ):
             warnings.simplefilter("ignore")
             fit = ["fit", "--train", str(data), "--client-column", "gateway"]
             main([*fit, "--n-rounds", "2", "--out", model, "--quiet"])

@@ -12,17 +12,26 @@ than one thread, often by orders of magnitude (measured on a loaded 2-core machi
    cores this process may run on). A value that is not a positive integer is ignored.
 2. A product under :data:`SMALL_FLOPS` floating-point operations gets one thread: the
    hand-off costs more than it saves.
-3. Otherwise the cores this process may run on (``os.sched_getaffinity``, else
-   ``os.cpu_count``) less the ones busy with other work: the 1-minute load average
-   with this process's own thread taken out, rounded to the nearest core, at least one.
+3. Otherwise the cores this process may use (:func:`available_cores`: its CPU affinity,
+   capped by a cgroup CPU quota) less the busy ones (:func:`busy_threads`: the larger
+   of the 1-minute load average and the threads runnable right now, this process's
+   own thread taken out), rounded to the nearest core, at least one.
+
+The load average alone lags: a machine that has just become busy looks idle to it for
+most of a minute, so the count of runnable threads now (Linux ``/proc/loadavg``) is
+taken as well; whichever says busier wins, so a wrong guess costs a core's worth of
+speed on an idle machine, never an oversubscribed BLAS on a busy one.
 
 The per-round products of the federated solvers always take one thread (their clients'
-blocks are small; :func:`single_threaded_blas`).
+blocks are small; :func:`single_threaded_blas`), and a whole fit
+(:func:`fedep.detectors.driver.fit_gateways`) runs under the limit of a large product,
+so a product not wrapped here does not take more threads than the free cores either.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +43,7 @@ __all__ = [
     "THREADS_ENV",
     "available_cores",
     "blas_threads",
+    "busy_threads",
     "choose_threads",
     "single_threaded_blas",
 ]
@@ -56,12 +66,36 @@ def _controller() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the OS has one)."""
+def _cgroup_cores() -> float | None:
+    """The CPU quota of this process's cgroup, in cores (``cpu.max`` of cgroup v2,
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` of v1); None when there is none."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        with open("/sys/fs/cgroup/cpu.max") as fh:
+            quota, period = fh.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as fh:
+            quota = int(fh.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as fh:
+            period = int(fh.read())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def available_cores() -> int:
+    """Cores this process may run on: its CPU affinity where the OS has one, capped by
+    its cgroup's CPU quota (a container limited to 2 CPUs on a 64-core host: 2)."""
+    try:
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = _cgroup_cores()
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota)))
+    return cores
 
 
 def _env_threads() -> int | None:
@@ -71,23 +105,36 @@ def _env_threads() -> int | None:
     return None
 
 
-def _load() -> float:
+def _runnable_now() -> int:
+    """Threads runnable on the machine right now, this one included (Linux's
+    ``/proc/loadavg``, its fourth field ``running/total``); 0 where unknown."""
     try:
-        return os.getloadavg()[0]
+        with open("/proc/loadavg") as fh:
+            return int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def busy_threads() -> float:
+    """Threads of other work wanting a core: the larger of the 1-minute load average
+    and the count of runnable threads now, less this process's own running thread."""
+    try:
+        load = os.getloadavg()[0]
     except (AttributeError, OSError):  # pragma: no cover - Windows
-        return 0.0
+        load = 0.0
+    return max(0.0, max(load, float(_runnable_now())) - 1.0)
 
 
-def choose_threads(flops: float, *, cores: int | None = None, load: float | None = None) -> int:
+def choose_threads(flops: float, *, cores: int | None = None, busy: float | None = None) -> int:
     """BLAS threads for a product of ``flops`` floating-point operations.
 
     Parameters
     ----------
     flops : float
         Work of the product (``2 N n^2`` for an ``N x n`` Gram matrix).
-    cores, load : optional
-        The cores this process may use and the 1-minute load average (default: read
-        from the OS; given in tests).
+    cores, busy : optional
+        The cores this process may use and the threads of other work wanting one
+        (default: :func:`available_cores`, :func:`busy_threads`; given in tests).
 
     Returns
     -------
@@ -100,9 +147,7 @@ def choose_threads(flops: float, *, cores: int | None = None, load: float | None
         return min(fixed, cores)
     if flops < SMALL_FLOPS:
         return 1
-    load = _load() if load is None else float(load)
-    # The load average counts this process's own running thread: take it out.
-    busy = max(0.0, load - 1.0)
+    busy = busy_threads() if busy is None else max(0.0, float(busy))
     return int(max(1, min(cores, round(cores - busy))))
 
 

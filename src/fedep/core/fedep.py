@@ -24,7 +24,9 @@ Records are **rows** here (the paper's ``X_i`` is features x samples): our ``X_i
 ``(N_i, n)``, ``U_i W W^T`` is the projection and ``G_i = U_i^T U_i`` is n x n. We store
 the scaled dual ``A_i = Lam_i / mu``. ``S_i`` is not state: each S-step reads only
 ``X_i``, ``U_i`` and ``A_i``, so it is formed on the fly (and by
-:meth:`FedEPCohort.corruption` on request). Steps 3-5 run as one fused pass per record
+:meth:`FedEPCohort.corruption` on request). For a client of many rows ``A_i`` is not
+stored either: after a data step ``A_i = 2/mu U_i (I - W_i W_i^T)``, so it is recomputed
+from ``U_i`` (:mod:`fedep.core.large_clients`). Steps 3-5 run as one fused pass per record
 (:mod:`fedep.core._kernels`, compiled) or as NumPy expressions (the reference).
 
 Notation table (paper -> code):
@@ -53,6 +55,7 @@ import numpy as np
 
 from fedep.core import _kernels
 from fedep.core._threads import single_threaded_blas as _single_threaded_blas
+from fedep.core.large_clients import data_step_rows, recompute_duals
 from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import l21_norm, prox_l1
@@ -113,6 +116,11 @@ class FedEPSettings:
     reference), or ``"auto"`` (numba when its compiled code costs no compilation, else
     NumPy while a background process compiles it; ``FEDEP_KERNELS`` overrides, see
     :mod:`fedep.core._kernels._dispatch`). Both give the same iterates up to rounding.
+
+    ``dual_rows``: a group of clients padded to at least this many rows keeps no dual
+    array ``A``; each data step recomputes it from ``U`` (``A = 2/mu (I - W W^T) U`` at
+    the previous step's ``W``, :mod:`fedep.core.large_clients`): one array the size of
+    those records less, the same iterates to rounding.
     """
 
     alpha: float
@@ -128,6 +136,7 @@ class FedEPSettings:
     max_group_rows: int = 1 << 20
     chunk_rows: int = 16384
     kernel: str = "auto"
+    dual_rows: int = 4096
 
 
 @dataclass
@@ -254,7 +263,13 @@ class FedEPCohort:
             # never stored (one array less to stream per round).
             for g in self.groups:
                 g.U = g.X.copy()
-                g.A = np.zeros_like(g.X)
+                if g.X.shape[1] >= settings.dual_rows:
+                    # A = 0 until the first data step, then recomputed from U
+                    k = g.X.shape[0]
+                    g.dual_basis = np.zeros((k, self.n, self.r))
+                    g.dual_scale = np.zeros(k)
+                else:
+                    g.A = np.zeros_like(g.X)
         else:
             # Without S, U = X for good: only the Gram matrices are ever needed.
             for g in self.groups:
@@ -266,8 +281,10 @@ class FedEPCohort:
 
         ``W``, ``Pi`` (d, n, r), the SSN multipliers ``Lam_ssn`` (d, r, r), the Gram
         matrices ``G`` (d, n, n), ``lmax`` (d,), its eigenvector ``top`` (d, n) and,
-        per padded group ``j``, ``U.j`` and ``A.j`` (k, m, n) when ``S`` is modelled.
-        Local only: ``U`` and ``A`` have one row per record.
+        per padded group ``j``, ``U.j`` and ``A.j`` (k, m, n) when ``S`` is modelled
+        (``A.j`` replaced by ``dual_basis.j`` (k, n, r) and ``dual_scale.j`` (k,) where
+        the duals are recomputed from ``U``). Local only: ``U`` and ``A`` have one row
+        per record.
         """
         out = {
             "W": self.W.copy(),
@@ -278,8 +295,8 @@ class FedEPCohort:
             "top": self._top.copy(),
         }
         for j, g in enumerate(self.groups):
-            if g.U is not None:
-                out[f"U.{j}"], out[f"A.{j}"] = g.U.copy(), g.A.copy()
+            for key, a in _group_state(g).items():
+                out[f"{key}.{j}"] = a.copy()
         return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
@@ -295,8 +312,8 @@ class FedEPCohort:
             "lmax": self.lmax, "top": self._top,
         }  # fmt: skip
         for j, g in enumerate(self.groups):
-            if g.U is not None:
-                targets[f"U.{j}"], targets[f"A.{j}"] = g.U, g.A
+            for key, a in _group_state(g).items():
+                targets[f"{key}.{j}"] = a
         _copy_state(targets, state)
 
     @_single_threaded_blas
@@ -332,9 +349,27 @@ class FedEPCohort:
             for j, c in enumerate(g.clients):
                 n_j = g.lengths[j]
                 if s.use_sparse:
-                    out[c] = prox_l1(g.X[j, :n_j] - g.U[j, :n_j] + g.A[j, :n_j], s.alpha / s.mu)
+                    A = _client_duals(g, j)
+                    out[c] = prox_l1(g.X[j, :n_j] - g.U[j, :n_j] + A, s.alpha / s.mu)
                 else:
                     out[c] = np.zeros((n_j, self.n))
+        return out
+
+    def duals(self) -> list[np.ndarray]:
+        """The scaled duals ``A_i = Lam_i / mu`` of every client, unpadded, in client
+        order (stored, or recomputed from ``U_i`` for clients of many rows). Local only.
+
+        Returns
+        -------
+        list of ndarray, each (N_i, n); zeros when ``S`` is not modelled
+        """
+        out = [None] * self.d
+        for g in self.groups:
+            for j, c in enumerate(g.clients):
+                if self.settings.use_sparse:
+                    out[c] = _client_duals(g, j)
+                else:
+                    out[c] = np.zeros((g.lengths[j], self.n))
         return out
 
     # ------------------------------------------------------------------ round
@@ -423,7 +458,7 @@ class FedEPCohort:
         metrics.update(projection=projection, grad_scale=grad_scale, l21=self.beta[sel] * l21)
         metrics["x_norm2"] = self.trX[sel].copy()
         return RoundReport(
-            W=res.W.copy(),
+            W=res.W,  # a fresh array (the state holds its own copy above)
             Pi=self.Pi[sel].copy(),
             nu=self.nu[sel].copy(),
             metrics=metrics,
@@ -481,6 +516,9 @@ class FedEPCohort:
             sel = want[g.clients]
             if not sel.any():
                 continue
+            if g.A is None:
+                self._data_step_recomputed(g, sel, out)
+                continue
             k, m = g.X.shape[0], g.X.shape[1]
             c0 = int(g.clients[0])
             if np.array_equal(g.clients, np.arange(c0, c0 + k)):
@@ -520,6 +558,31 @@ class FedEPCohort:
             out["fit"][cl], out["l1"][cl], out["lam_terms"][cl], r2 = acc
             out["data_residual"][cl] = np.sqrt(r2)
         return out
+
+    def _data_step_recomputed(self, g: ClientGroup, sel: np.ndarray, out: dict) -> None:
+        """The data step of a group that keeps no ``A`` (recomputed from ``U``), one
+        participating client at a time; fills ``out`` and ``self.G`` of those clients."""
+        s = self.settings
+        s_step = _kernels.pick(s.kernel, "s_step_rows")
+        u_step = _kernels.pick(s.kernel, "u_step_rows") if s_step is not None else None
+        for j in np.flatnonzero(sel):
+            c, n_j = int(g.clients[j]), int(g.lengths[j])
+            X, U, W = g.X[j, :n_j], g.U[j, :n_j], self.W[c]
+            B, scale = g.dual_basis[j], float(g.dual_scale[j])
+            if u_step is not None:
+                acc = data_step_rows(X, U, B, scale, W, s.alpha, s.mu, self.G[c], s_step, u_step)
+            else:  # the NumPy reference: A recomputed, then the stored-A steps
+                acc = np.zeros(4)
+                step = max(1, s.chunk_rows)
+                for r0 in range(0, n_j, step):
+                    rows = slice(r0, min(n_j, r0 + step))
+                    A = recompute_duals(U[rows], B, scale)[None]
+                    acc += self._block(X[None, rows], U[None, rows], A, W[None])[:, 0]
+                self.G[c] = U.T @ U
+            g.dual_basis[j] = W
+            g.dual_scale[j] = 2.0 / s.mu
+            out["fit"][c], out["l1"][c], out["lam_terms"][c] = acc[:3]
+            out["data_residual"][c] = np.sqrt(acc[3])
 
     def _scratch(self, shape: tuple[int, ...], i: int) -> np.ndarray:
         """Reusable work buffers, so the hot loop never allocates large arrays."""
@@ -574,6 +637,24 @@ def _copy_state(targets: dict[str, np.ndarray], state: dict[str, np.ndarray]) ->
         if v.shape != a.shape:
             raise ValueError(f"cohort state {k!r} has shape {v.shape}, expected {a.shape}")
         a[...] = v
+
+
+def _group_state(g: ClientGroup) -> dict[str, np.ndarray]:
+    """A group's data-side state by name (``U`` and ``A``, or ``U`` and the basis and
+    scale its duals are recomputed from); empty when ``S`` is not modelled."""
+    if g.U is None:
+        return {}
+    if g.A is not None:
+        return {"U": g.U, "A": g.A}
+    return {"U": g.U, "dual_basis": g.dual_basis, "dual_scale": g.dual_scale}
+
+
+def _client_duals(g: ClientGroup, j: int) -> np.ndarray:
+    """Client ``j``'s scaled duals ``A`` (its real rows) in group ``g``."""
+    n_j = g.lengths[j]
+    if g.A is not None:
+        return g.A[j, :n_j]
+    return recompute_duals(g.U[j, :n_j], g.dual_basis[j], float(g.dual_scale[j]))
 
 
 def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -260,4 +260,7 @@ class FedPGCohort:
             "x_norm2": self.trX[sel].copy(),
             "grad_scale": grad_scale,
         }
-        return RoundReport(W=W.copy(), Pi=Y.copy(), nu=self.weights[sel].copy(), metrics=metrics)
+        # W and Y are fresh arrays (the state holds its own copies above): no copy,
+        # unless no epoch ran and W is still a view of the state.
+        W = W.copy() if np.may_share_memory(W, self.W) else W
+        return RoundReport(W=W, Pi=Y, nu=self.weights[sel].copy(), metrics=metrics)

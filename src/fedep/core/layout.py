@@ -32,7 +32,13 @@ class ClientGroup:
         a client alone (k = 1), a view of its block. Read only.
     U, A : ndarray of shape (k, m, n) or None
         FedEP's auxiliary ``U = X - S`` and scaled dual ``A = Lam / mu`` of the same
-        rows, when the cohort models ``S`` (else None).
+        rows, when the cohort models ``S`` (else None). ``A`` is None, with ``U`` kept,
+        for clients of many rows, whose duals are recomputed from ``U``
+        (:mod:`fedep.core.large_clients`).
+    dual_basis : ndarray of shape (k, n, r) or None
+        Those clients' bases at their last data step.
+    dual_scale : ndarray of shape (k,) or None
+        ``2/mu`` for a client that took a data step, else 0 (``A = 0``).
     """
 
     clients: np.ndarray
@@ -40,6 +46,8 @@ class ClientGroup:
     X: np.ndarray | None
     U: np.ndarray | None = None
     A: np.ndarray | None = None
+    dual_basis: np.ndarray | None = None
+    dual_scale: np.ndarray | None = None
 
 
 def make_groups(

@@ -696,7 +696,7 @@ def concentration_steps(
     mean, scale : ndarray of shape (n,)
         The standardisation of every record.
     steps : int
-        ``trim_steps``; 0 is the one untrimmed fit.
+        ``trim_steps``; 0 is one fit (on the start selection with ``start_model``).
     start : {"all", "median", "reference"}
         ``"reference"``: the first selection is made under ``start_model``.
     share, contamination
@@ -737,7 +737,7 @@ def concentration_steps(
         mean, start_scale, _ = standardization_from_moments(combine_moments(records.kept_moments()))
         if rescale:
             scale = start_scale
-    elif steps and start == "reference":
+    elif start == "reference" and start_model is not None:  # steps=0: one fit on it
         ref_mean, ref_V, lam, sigma2, ref_share = start_model
         record, _ = selection(
             records, ref_mean, scale, ref_V, ref_share, contamination, min_rows, None, (lam, sigma2)

@@ -2,12 +2,16 @@
 
 One pass over a block's bytes instead of NumPy temporaries the size of the block
 (``np.add.reduceat`` over a cast mask cost about 1 us per 80-byte line); the NumPy
-expression in :func:`count_per_line` is the reference and the fallback without numba.
+expression in :func:`count_per_line_reference` is the reference, and runs without numba,
+while the kernel is not compiled yet, and for small work before numba has started in
+this process (:func:`fedep.core._kernels._dispatch.use_compiled`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from fedep.core._kernels._dispatch import requested_mode, use_compiled
 
 try:
     import numba
@@ -42,7 +46,9 @@ def count_per_line(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, byte: 
     -------
     ndarray of int64, shape (n,)
     """
-    if _count_kernel is None:  # pragma: no cover
+    if _count_kernel is None or not use_compiled(
+        _count_kernel, requested_mode("auto"), starts.shape[0]
+    ):
         return count_per_line_reference(buf, starts, ends, byte)
     out = np.empty(starts.shape[0], dtype=np.int64)
     _count_kernel(buf, starts.astype(np.int64), ends.astype(np.int64), np.uint8(byte), out)

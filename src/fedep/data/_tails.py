@@ -247,12 +247,14 @@ _put_g = _njit(_put_g) if numba is not None else _put_g
 _write_kernel = _njit(_write_lines_impl)
 
 
-def compiled(kernel) -> bool:
-    """Whether to call the compiled ``kernel`` (the solvers' rule, ``FEDEP_KERNELS``):
-    with ``auto``, only when that costs no compilation; otherwise the reference runs and
-    a background ``fedep warmup`` (which also compiles this module's kernels) is started
-    (:mod:`fedep.core._kernels._dispatch`)."""
-    return kernel is not None and use_compiled(kernel, requested_mode("auto"))
+def compiled(kernel, rows: int | None = None) -> bool:
+    """Whether to call the compiled ``kernel`` on a block of ``rows`` rows (the solvers'
+    rule, ``FEDEP_KERNELS``): with ``auto``, only when that costs no compilation, and
+    not for small work before numba has started in this process
+    (:data:`~fedep.core._kernels._dispatch.START_ROWS`); otherwise the reference runs
+    and, on a cold cache, a background ``fedep warmup`` (which also compiles this
+    module's kernels) is started (:mod:`fedep.core._kernels._dispatch`)."""
+    return kernel is not None and use_compiled(kernel, requested_mode("auto"), rows)
 
 
 def top_k(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -277,7 +279,7 @@ def top_k(contrib: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """
     C = np.ascontiguousarray(contrib, dtype=np.float64)
     k = min(int(k), C.shape[1])
-    if not compiled(_top_k_kernel) or not np.isfinite(C).all():
+    if not compiled(_top_k_kernel, C.shape[0]) or not np.isfinite(C).all():
         return top_k_reference(C, k)
     idx = np.empty((C.shape[0], k), dtype=np.int64)
     vals = np.empty((C.shape[0], k), dtype=np.float64)

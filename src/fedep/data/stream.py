@@ -594,7 +594,7 @@ class ScoreTailFormatter:
         from fedep.data import _tails  # start-up time: loads numba
 
         out = None
-        if _tails.compiled(_tails._write_kernel):
+        if _tails.compiled(_tails._write_kernel, len(block.starts)):
             if self._name_bytes is None:
                 self._name_bytes = [str(n).encode() for n in self.names.tolist()]
             buf = np.frombuffer(block.buf, np.uint8)

@@ -28,11 +28,13 @@ one method per transport.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedep.core._threads import blas_threads
 from fedep.core.benign import BenignModes
 from fedep.core.rank import choose_rank
 from fedep.core.stats import Moments, combine_moments, standardization_from_moments
@@ -220,7 +222,17 @@ def fit_gateways(
     Returns
     -------
     FitOutcome
+
+    The fit runs under the BLAS thread limit of a large product
+    (:func:`fedep.core._threads.blas_threads`: the free cores), so a product not
+    limited by its own call takes no more threads than a busy machine can give.
     """
+    with blas_threads(math.inf):
+        return _fit_phases(est, gateways, on_round=on_round, warn=warn, start=start)
+
+
+def _fit_phases(est, gateways, *, on_round, warn, start) -> FitOutcome:
+    """:func:`fit_gateways`' phases, in order."""
     if start is None:
         pipe = gateways.features()
         moments: list = []

@@ -274,7 +274,11 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         with 20% attacks in the training traffic (NSL-KDD, UNSW-NB15), ``"all"``
         better on clean UNSW-NB15 and with 10-20% on TON-IoT (see
         :mod:`fedep.core.trimming`). With a trusted reference (``fit(...,
-        reference=...)``) the steps start from a PPCA of the reference instead.
+        reference=...)``) the steps start from a PPCA of the reference instead; with
+        ``contamination="auto"`` and ``trim_steps=0``, the fit keeps the training
+        records at or below the reference's 90 % quantile under its PPCA and is
+        fitted once on them, when contamination is shown or the reference holds at
+        least 80 records (``trust_["decision"]`` says which; docs/reference.md).
     reference_fpr : float in (0, 0.5), default=0.01
         With a trusted reference (``fit(..., reference=...)``): ``threshold_`` is set
         so that this share of the reference records scores above it (a stated

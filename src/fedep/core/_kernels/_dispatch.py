@@ -23,6 +23,15 @@ process is re-parented to init, so no fedep process is left with a zombie to rea
 lock file records the new process group's id (for tests and for a user who wants to
 stop it: ``kill -- -PGID``). numba writes each cache entry atomically (a temporary file,
 then a rename), so a compile that is stopped half-way leaves no torn entry.
+
+Small work: the first compiled kernel a process runs, even from a warm cache, pays for
+numba's start (its CPU target and typing tables, ~0.15-0.6 s with the kernel's load),
+which the per-row kernels of ``fedep score`` and ``fedep watch`` (the CSV field count,
+the top features, the line writer: a few microseconds a row faster than their NumPy
+references) earn back only over about :data:`START_ROWS` rows. A caller that says how
+many rows a call covers (``use_compiled(..., rows=n)``) therefore gets NumPy, under
+``"auto"``, until a compiled kernel has run in this process or the rows of such calls
+reach :data:`START_ROWS` (summed over the process); a larger call starts numba at once.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ __all__ = [
     "ENV",
     "KERNEL_MODES",
     "LOCK_NAME",
+    "START_ROWS",
     "compile_in_background",
     "compile_lock_path",
     "ready",
@@ -54,8 +64,17 @@ ENV = "FEDEP_KERNELS"
 KERNEL_MODES = ("auto", "numba", "numpy")
 LOCK_NAME = "fedep-compile.lock"
 
+#: Rows (summed over the calls that give ``rows``) a process runs on the NumPy
+#: references before its first compiled kernel: about what numba's start costs, at
+#: the per-row kernels' few microseconds a row (docs/performance.md).
+START_ROWS = 100_000
+
 # Started (or tried and skipped) in this process: at most one attempt per process.
 _background_tried = False
+# A compiled kernel was chosen in this process (numba's start is paid), and the rows
+# run on NumPy by small calls before that.
+_numba_started = False
+_small_rows = 0
 
 
 def requested_mode(kernel: str) -> str:
@@ -107,16 +126,27 @@ def ready(dispatcher) -> bool:
         return False
 
 
-def use_compiled(dispatcher, mode: str) -> bool:
+def use_compiled(dispatcher, mode: str, rows: int | None = None) -> bool:
     """Whether to call ``dispatcher`` under ``mode`` (from :func:`requested_mode`).
 
     ``numpy``: never; ``numba``: always (compiled now if the cache lacks it); ``auto``:
     when :func:`ready`, else False and the background compile is started (once per
     process). Every compiled kernel, the solvers' and ``fedep score``'s, asks this.
+
+    ``rows`` (the call's rows, for the per-row kernels): under ``auto``, a ready kernel
+    still runs on NumPy while no compiled kernel has run in this process and the rows
+    of such calls, this one included, stay under :data:`START_ROWS` (module
+    docstring).
     """
+    global _numba_started, _small_rows
     if mode == "numpy":
         return False
     if mode == "numba" or ready(dispatcher):
+        if mode == "auto" and rows is not None and not _numba_started:
+            _small_rows += int(rows)
+            if _small_rows < START_ROWS:
+                return False
+        _numba_started = True
         return True
     compile_in_background(dispatcher)
     return False

@@ -16,6 +16,12 @@ kernel computes, in the notation of :mod:`fedep.core.fedep`::
 
 and accumulates per client ``||(I - W W^T)(x - s)||^2``, ``alpha ||s||_1``, the
 multiplier terms ``mu <a', R> + mu/2 ||R||^2`` and ``||R||^2`` of ``R = a' - a``.
+
+A client with many records keeps no ``A`` (:mod:`fedep.core.large_clients`): after a
+data step ``a' = 2/mu (I - W W^T) u'``, so the next step recomputes it from ``U``. There
+the projections are BLAS products over a chunk of rows and the per-element work is two
+kernels, :func:`s_step_rows` (the S-step, ``y`` and ``x - s``) and :func:`u_step_rows`
+(the U- and dual steps), both on 2-D ``(rows, n)`` arrays.
 """
 
 from __future__ import annotations
@@ -76,6 +82,56 @@ def _fused_data_step(X, U, A, WT, k0, k1, r0, r1, lengths, alpha, mu, out):  # p
         out[1, g] += alpha * l1
         out[2, g] += mu * lam + 0.5 * mu * r2
         out[3, g] += r2
+
+
+def _s_step_rows(X, U, P, Z, scale, thr):  # pragma: no cover - compiled
+    # Rows of one client. In: P = U B B^T (B the basis of the last data step). Out, in
+    # place: P <- a = scale (U - P), U <- y = u + clip(x - u + a), Z <- x - s = y - a.
+    # Returns (sum ||x - s||^2, sum |s|).
+    rows, n = X.shape
+    fit = 0.0
+    l1 = 0.0
+    for i in range(rows):
+        x = X[i]
+        u = U[i]
+        p = P[i]
+        z = Z[i]
+        for j in range(n):
+            a = scale * (u[j] - p[j])
+            mv = x[j] - u[j] + a
+            cv = min(max(mv, -thr), thr)
+            l1 += abs(mv - cv)
+            yv = u[j] + cv
+            u[j] = yv
+            p[j] = a
+            zz = yv - a
+            z[j] = zz
+            fit += zz * zz
+    return fit, l1
+
+
+def _u_step_rows(U, PB, A, ZW, c):  # pragma: no cover - compiled
+    # In: U = y, PB = y W W^T, A = a, ZW = (x - s) W. Out: U <- y - a', a' = c (y - PB).
+    # Returns (sum <a', R>, sum ||R||^2, sum ||ZW||^2), R = a' - a.
+    rows, n = U.shape
+    lam = 0.0
+    r2 = 0.0
+    for i in range(rows):
+        u = U[i]
+        pb = PB[i]
+        a = A[i]
+        for j in range(n):
+            yv = u[j]
+            an = c * (yv - pb[j])
+            rr = an - a[j]
+            r2 += rr * rr
+            lam += an * rr
+            u[j] = yv - an
+    zw2 = 0.0
+    for i in range(ZW.shape[0]):
+        for p in range(ZW.shape[1]):
+            zw2 += ZW[i, p] * ZW[i, p]
+    return lam, r2, zw2
 
 
 def _dual_step(W, V, Pi, nu, Z):  # pragma: no cover - compiled
@@ -148,5 +204,7 @@ def _gram_terms(G, W, top, steps, out):  # pragma: no cover - compiled
 
 
 fused_data_step = _jit(_fused_data_step)
+s_step_rows = _jit(_s_step_rows)
+u_step_rows = _jit(_u_step_rows)
 dual_step = _jit(_dual_step)
 gram_terms = _jit(_gram_terms)
