@@ -110,8 +110,10 @@ def test_feature_moments_count_must_match_the_enrolment(table_gateways, count, w
 
 def test_table_moments_count_must_match_the_enrolment(table_gateways):
     def lie(content):
-        if "moments" in content:  # not the first contact (a table declares its rows)
-            content["count"] = MetricRecord({"count": 10**15})
+        # Not the first contact (a table declares its rows there): the reply that
+        # delivers the fitted pipeline, which now carries the count alone.
+        if "source" not in content:
+            content["count"]["count"] = 10**15
 
     res = _hostile(table_gateways, TABLE_RUN, 0, on("query.moments", lie))
     _dropped(res, "t0", "moments", "declared")
