@@ -124,6 +124,8 @@ def run(args) -> list[dict]:
                         kw: dict = {}
                         if setting.startswith("ref"):
                             kw["contamination"] = "auto"
+                        if setting.startswith("fb"):  # the opt-in rules, as measured
+                            kw["suppression_rules"] = args.suppression_rules
                         fit_kw: dict = {}
                         if setting.startswith("ref"):
                             frac = float(setting[3:]) / 100
@@ -328,6 +330,12 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON file (rewritten after every row)")
+    p.add_argument(
+        "--no-suppression-rules",
+        dest="suppression_rules",
+        action="store_false",
+        help="feedback fits without suppression rules (default: with, suppression_rules=True)",
+    )
     run(p.parse_args(argv))
     return 0
 

@@ -26,9 +26,9 @@ def _clusters(rng, n=12, k=3, m=20, spread=0.05):
 
 def test_mode_sums_is_a_loop_over_records():
     rng = np.random.default_rng(0)
-    R = rng.standard_normal((57, 6))
-    C = rng.standard_normal((4, 6))
-    counts, sums, grams = mode_sums(R, C)
+    R = np.vstack([rng.standard_normal((57, 6)), np.full((2, 6), 50.0)])
+    C = np.vstack([0.3 * rng.standard_normal((3, 6)), np.full(6, 49.0)])  # the last: 2
+    counts, sums, grams = mode_sums(R, C, min_records=1)
     ref_c, ref_s, ref_g = np.zeros(4), np.zeros((4, 6)), np.zeros((4, 6, 6))
     for x in R:  # nearest centre by an explicit distance, record by record
         j = int(np.argmin([np.sum((x - c) ** 2) for c in C]))
@@ -40,6 +40,15 @@ def test_mode_sums_is_a_loop_over_records():
     np.testing.assert_allclose(grams, ref_g, atol=1e-12)
     empty = mode_sums(np.empty((0, 6)), C)
     assert empty[0].sum() == 0 and empty[2].shape == (4, 6, 6)
+    # By default a centre nearest to fewer than MIN_MODE_RECORDS of the gateway's
+    # records is withheld whole: no reply is a sum of 1-4 records.
+    few = ref_c < 5
+    assert few.any() and (~few).any()
+    c5, s5, g5 = mode_sums(R, C)
+    np.testing.assert_array_equal(c5, np.where(few, 0, ref_c))
+    assert not s5[few].any() and not g5[few].any()
+    np.testing.assert_allclose(s5[~few], ref_s[~few], atol=1e-12)
+    np.testing.assert_allclose(g5[~few], ref_g[~few], atol=1e-12)
 
 
 def test_learn_modes_finds_separated_groups_from_sums_only():
@@ -66,7 +75,7 @@ def test_learn_modes_sums_over_gateways_equal_the_pooled_records():
     parts = np.array_split(rng.permutation(X.shape[0]), 5)  # five gateways
 
     def federated(C):
-        sums = [mode_sums(X[p], C) for p in parts]
+        sums = [mode_sums(X[p], C, min_records=1) for p in parts]
         return tuple(sum(s[i] for s in sums) for i in range(3))
 
     a = learn_modes(federated, X.shape[1])
@@ -75,6 +84,19 @@ def test_learn_modes_sums_over_gateways_equal_the_pooled_records():
     np.testing.assert_allclose(a.radius2, b.radius2, rtol=1e-9)
     np.testing.assert_array_equal(a.counts, b.counts)
     assert a.centres.shape[0] <= 8 and (a.counts >= 5).all()
+
+
+def test_a_gateway_with_few_records_near_a_centre_sends_none_of_them():
+    rng = np.random.default_rng(6)
+    X, _ = _clusters(rng, k=2, m=20)
+    lone = X[:3]  # a third gateway: 3 records of cluster 0, each within the cluster
+
+    def federated(C):
+        sums = [mode_sums(Z, C) for Z in (X[:20], X[20:], lone)]
+        return tuple(sum(s[i] for s in sums) for i in range(3))
+
+    modes = learn_modes(federated, X.shape[1], max_modes=2)
+    np.testing.assert_array_equal(np.sort(modes.counts), [20, 20])  # the 3 never counted
 
 
 def test_learn_modes_needs_min_records_and_caps_modes():

@@ -58,14 +58,24 @@ def fitted():
     X, groups, mode, attack, later = _data()
     base = PooledPCA(3).fit(X, groups=groups)
     fb = _feedback(base, mode)
-    det = PooledPCA(3).fit(X, groups=groups, feedback=fb)
+    det = PooledPCA(3, suppression_rules=True).fit(X, groups=groups, feedback=fb)
     return base, det, X, groups, mode, attack, later, fb
+
+
+def test_no_rules_unless_asked(fitted):
+    _base, _det, X, groups, _m, _a, _l, fb = fitted
+    det = PooledPCA(3).fit(X, groups=groups, feedback=fb)
+    assert getattr(det, "benign_centres_", None) is None
+    assert suppressed_by(det, X) is None
 
 
 def test_modes_learned_from_confirmed_false_positives(fitted):
     base, det, X, _g, mode, attack, later, fb = fitted
     assert det.benign_centres_.shape[1] == N and 1 <= det.benign_centres_.shape[0] <= MAX_MODES
-    assert det.benign_counts_.sum() == (fb == "benign").sum()
+    # each rule counts the confirmed false positives it was learned from; a gateway's
+    # 1-4 records nearest a centre are withheld (never a sum of so few), so at most all
+    assert (det.benign_counts_ >= 5).all()
+    assert 0.5 * (fb == "benign").sum() <= det.benign_counts_.sum() <= (fb == "benign").sum()
     # the benign mode's new records alert without the rules, not with them
     assert base.predict(later).mean() > 0.9
     assert det.predict(later).mean() < 0.95 * base.predict(later).mean()
@@ -103,7 +113,7 @@ def test_no_benign_labels_no_modes():
     assert not any(hasattr(det, k) for k in MODE_ARRAYS)
     fb = np.full(X.shape[0], "", dtype=object)
     fb[np.flatnonzero(mode)[:4]] = "benign"  # 4 < MIN_MODE_RECORDS: no rule
-    det = PooledPCA(3).fit(X, groups=groups, feedback=fb)
+    det = PooledPCA(3, suppression_rules=True).fit(X, groups=groups, feedback=fb)
     assert not any(hasattr(det, k) for k in MODE_ARRAYS)
     assert suppressed_by(det, X) is None
 
@@ -111,7 +121,7 @@ def test_no_benign_labels_no_modes():
 def test_federated_fit_learns_modes_too():
     X, groups, mode, _a, later = _data(2)
     base = FedEP(3, random_state=0, n_rounds=5, tol=0.0).fit(X, groups=groups)
-    det = FedEP(3, random_state=0, n_rounds=5, tol=0.0).fit(
+    det = FedEP(3, random_state=0, n_rounds=5, tol=0.0, suppression_rules=True).fit(
         X, groups=groups, feedback=_feedback(base, mode)
     )
     assert det.benign_centres_.shape[0] >= 1
@@ -182,7 +192,7 @@ def test_no_rule_suppresses_a_confirmed_attack(fitted):
     inside = np.flatnonzero(mode & (fb == "benign") & (suppressed_by(det, X) >= 0))
     assert inside.size  # a record of a rule's own ball ...
     fb[inside[0]] = "attack"  # ... confirmed as an attack instead
-    guarded = PooledPCA(3).fit(X, groups=groups, feedback=fb)
+    guarded = PooledPCA(3, suppression_rules=True).fit(X, groups=groups, feedback=fb)
     rules = suppressed_by(guarded, X)
     assert rules[inside[0]] == -1
     assert (rules[fb == "attack"] == -1).all()

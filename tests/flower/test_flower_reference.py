@@ -157,7 +157,7 @@ def test_benign_modes_over_flower_are_the_inprocess_modes(tmp_path):
                      "model-path": str(tmp_path / f"gw-{i}.fedep")})  # fmt: skip
         Xs.append(X)
     params = {"n_components": R, "tol": 0.0, "random_state": 4, "features": "numeric",
-              "n_rounds": 3}  # fmt: skip
+              "n_rounds": 3, "suppression_rules": True}  # fmt: skip
     rc = {"method": "fedep", **{k.replace("_", "-"): v for k, v in params.items()}}
     res, grid = run_local(cfgs, rc)
     X = np.vstack([load_gateway_data(c)[0] for c in cfgs])
@@ -168,7 +168,7 @@ def test_benign_modes_over_flower_are_the_inprocess_modes(tmp_path):
         fb[start[i] : start[i] + 8] = "benign"
     det = FedEP(**params).fit(X, groups=groups, feedback=fb)
     assert res.benign_modes is not None and det.benign_centres_.shape[0] >= 1
-    assert det.benign_counts_.sum() == 24
+    assert 8 <= det.benign_counts_.sum() <= 24  # a gateway's 1-4 nearest a centre withheld
     np.testing.assert_array_equal(res.benign_modes.counts, det.benign_counts_)
     np.testing.assert_allclose(res.benign_modes.centres, det.benign_centres_, atol=1e-8)
     np.testing.assert_allclose(res.benign_modes.radius2, det.benign_radius2_, rtol=1e-8)

@@ -152,7 +152,7 @@ def describe_trust(det) -> list[str]:
             f"{', '.join(str(int(c)) for c in counts)} confirmed false positives): alerts "
             "within one are suppressed and name it (docs/reference.md)"
         )
-    elif fb.get("benign_labels"):
+    elif fb.get("benign_labels") and getattr(det, "suppression_rules", False):
         out.append(
             f"feedback: no suppression rule: {fb['benign_labels']} benign labels, fewer than "
             f"{MIN_MODE_RECORDS} in a mode"

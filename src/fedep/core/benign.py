@@ -91,9 +91,14 @@ def _nearest(R: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return j, d2[np.arange(R.shape[0]), j]
 
 
-def mode_sums(R: np.ndarray, centres: np.ndarray):
+def mode_sums(R: np.ndarray, centres: np.ndarray, min_records: int = MIN_MODE_RECORDS):
     """One gateway's sums of its standardised confirmed-benign records ``R`` (N, n) per
-    nearest centre of ``centres`` (k, n): counts (k,), sums (k, n) and Gram matrices (k, n, n)."""
+    nearest centre of ``centres`` (k, n): counts (k,), sums (k, n) and Gram matrices (k, n, n).
+
+    A centre nearest to fewer than ``min_records`` of this gateway's records is withheld
+    (zero count, sum and Gram matrix): no reply is a sum of fewer than ``min_records``
+    records, so none reveals a record (the sums leave the gateway as they are).
+    """
     k, n = centres.shape
     counts = np.zeros(k, dtype=np.int64)
     sums = np.zeros((k, n))
@@ -106,6 +111,8 @@ def mode_sums(R: np.ndarray, centres: np.ndarray):
         counts[c] = Rc.shape[0]
         sums[c] = Rc.sum(axis=0)
         grams[c] = Rc.T @ Rc
+    few = counts < min_records
+    counts[few], sums[few], grams[few] = 0, 0.0, 0.0
     return counts, sums, grams
 
 

@@ -87,6 +87,7 @@ _COMMON_CONSTRAINTS: dict = {
     "trim_share": [Interval(Real, 0.0, 0.5, closed="neither"), None],
     "trim_start": [StrOptions(set(TRIM_STARTS))],
     "reference_fpr": [Interval(Real, 0.0, 0.5, closed="neither")],
+    "suppression_rules": ["boolean"],
     "random_state": ["random_state"],
 }
 _FEDERATION_CONSTRAINTS: dict = {
@@ -109,6 +110,7 @@ _COMMON_SUMMARIES: dict = {
     "trim_share": "share trimmed at each refit (none: the contamination)",
     "trim_start": "trim from all records, or the half nearest the median",
     "reference_fpr": "share of trusted records flagged",
+    "suppression_rules": "alert suppression rules from benign --feedback labels",
     "random_state": "seed of the initial basis and client sampling",
 }
 _FEDERATION_SUMMARIES: dict = {

@@ -19,7 +19,7 @@ class _ClosedForm(BaseFederatedDetector):
     Parameters
     ----------
     n_components, features, standardize, contamination, trim_steps, trim_share,
-        trim_start, reference_fpr, random_state
+        trim_start, reference_fpr, suppression_rules, random_state
         As in :class:`fedep.FedEP`.
     """
 
@@ -34,6 +34,7 @@ class _ClosedForm(BaseFederatedDetector):
         trim_share=None,
         trim_start="all",
         reference_fpr=0.01,
+        suppression_rules=False,
         random_state=None,
     ):
         self.n_components = n_components
@@ -44,6 +45,7 @@ class _ClosedForm(BaseFederatedDetector):
         self.trim_share = trim_share
         self.trim_start = trim_start
         self.reference_fpr = reference_fpr
+        self.suppression_rules = suppression_rules
         self.random_state = random_state
 
 
@@ -93,7 +95,7 @@ class OneShotPCA(BaseFederatedDetector):
         Rank ``k`` of each client's sketch (default ``2 * n_components_``); ``k`` equal to
         ``n_features`` reproduces pooled PCA exactly.
     features, standardize, contamination, trim_steps, trim_share,
-        trim_start, reference_fpr, random_state
+        trim_start, reference_fpr, suppression_rules, random_state
         As in :class:`FedEP`.
     """
 
@@ -109,6 +111,7 @@ class OneShotPCA(BaseFederatedDetector):
         trim_share=None,
         trim_start="all",
         reference_fpr=0.01,
+        suppression_rules=False,
         random_state=None,
     ):
         self.n_components = n_components
@@ -120,6 +123,7 @@ class OneShotPCA(BaseFederatedDetector):
         self.trim_share = trim_share
         self.trim_start = trim_start
         self.reference_fpr = reference_fpr
+        self.suppression_rules = suppression_rules
         self.random_state = random_state
 
     _parameter_constraints: dict = {**_COMMON_CONSTRAINTS, "sketch_rank": [*_POSITIVE_INT, None]}

@@ -290,7 +290,7 @@ def _fit_phases(est, gateways, *, on_round, warn, start) -> FitOutcome:
         records, fit_kept, std.mean, std.scale, trust=trust
     )
     est.trust_ = trusted.finish(est, records, trust, final_std.mean, final_std.scale, V)
-    modes = suppression.learn(gateways, final_std)
+    modes = suppression.learn(gateways, final_std) if est.suppression_rules else None
     outcome = FitOutcome(
         std=final_std,
         rank=est.n_components_,

@@ -284,6 +284,13 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         so that this share of the reference records scores above it (a stated
         false-positive rate on trusted traffic) instead of the ``contamination``
         quantile of the training scores. Unused without a reference.
+    suppression_rules : bool, default=False
+        With analyst feedback (``fit(..., feedback=...)``): learn alert suppression
+        rules (benign modes, :mod:`fedep.detectors.suppression`) from the confirmed
+        false positives, by sums only; a record within one is not flagged and its
+        alert names the rule. Off by default: on NSL-KDD and TON-IoT the rules also
+        suppress real attacks that sit near confirmed false positives
+        (docs/reference.md).
     dp_epsilon : float or None, default=None
         Differential privacy (in-process, and over Flower where each gateway's
         ClientApp adds the noise and the server accounts): every gateway adds
@@ -431,6 +438,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         trim_share=None,
         trim_start="all",
         reference_fpr=0.01,
+        suppression_rules=False,
         dp_epsilon=None,
         dp_delta=1e-5,
         dp_clip=None,
@@ -460,6 +468,7 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         self.trim_share = trim_share
         self.trim_start = trim_start
         self.reference_fpr = reference_fpr
+        self.suppression_rules = suppression_rules
         self.dp_epsilon = dp_epsilon
         self.dp_delta = dp_delta
         self.dp_clip = dp_clip
@@ -541,7 +550,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         bases explain has settled (``objective_change``,
         :func:`fedep.federation.rounds.converged`).
     n_rounds, client_fraction, init, warm_start, standardize, contamination, trim_steps,
-        trim_share, trim_start
+        trim_share, trim_start, reference_fpr, suppression_rules
         As in :class:`FedEP`.
     random_state, callback
         As in :class:`FedEP`.
@@ -599,6 +608,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         trim_share=None,
         trim_start="all",
         reference_fpr=0.01,
+        suppression_rules=False,
         random_state=None,
         callback=None,
     ):
@@ -622,6 +632,7 @@ class FedPG(_FederatedMixin, BaseFederatedDetector):
         self.trim_share = trim_share
         self.trim_start = trim_start
         self.reference_fpr = reference_fpr
+        self.suppression_rules = suppression_rules
         self.random_state = random_state
         self.callback = callback
 
