@@ -778,6 +778,7 @@ def finalize(msg: Message, context: Context) -> Message:
     info["V"] = arr["V"]
     det = gateway_model(context, arr["components"], info)
     if "benign" in msg.content.array_records:  # the run's benign modes, checked as on load
+        # start-up time (see the module docstring): the detectors load only when needed
         from fedep.detectors.suppression import MODE_ARRAYS, check_mode_arrays, set_modes
 
         modes = arrays_of(msg.content["benign"])
