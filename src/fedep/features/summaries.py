@@ -60,6 +60,7 @@ import pandas as pd
 
 from fedep.core._threads import choose_threads
 from fedep.core.stats import value_moments
+from fedep.features._column_pass import ColumnPass, numeric_pass
 from fedep.features._values import (
     BOOL_FALSE,
     BOOL_TRUE,
@@ -71,7 +72,13 @@ from fedep.features._values import (
     string_view,
 )
 from fedep.features.name_hints import name_hint
-from fedep.features.sketches import DEFAULT_SKETCH_SIZE, KMV, LogHistogram, key_hashes
+from fedep.features.sketches import (
+    DEFAULT_SKETCH_SIZE,
+    KMV,
+    KMV_SIZE,
+    LogHistogram,
+    key_hashes,
+)
 
 __all__ = [
     "ColumnSummaries",
@@ -375,14 +382,27 @@ def _all_finite(vals: np.ndarray) -> bool:
 
 
 def _numeric_view(
-    cs: ColumnSummary, vals: np.ndarray, w: np.ndarray | None = None, finite: bool = False
+    cs: ColumnSummary,
+    vals: np.ndarray,
+    w: np.ndarray | None = None,
+    finite: bool = False,
+    measured: ColumnPass | None = None,
 ) -> None:
     """Fill the numeric view from values ``vals`` (NaN excluded by caller) with counts ``w``.
 
     ``w`` None: every value counts once (a numeric column's rows, not its distinct
     values), with no weight array to build or multiply by. ``finite``: the caller
-    knows every value is finite.
+    knows every value is finite. ``measured``: the compiled pass over these finite,
+    unweighted values (:func:`~fedep.features._column_pass.numeric_pass`), which has
+    filled the sketch already.
     """
+    if measured is not None:
+        cs.n_posinf = cs.n_neginf = 0
+        cs.n_num = len(vals)
+        cs.mean, cs.m2 = value_moments(vals)
+        cs.min, cs.max = measured.min, measured.max
+        cs.n_zero, cs.n_one, cs.n_nonneg = measured.n_zero, measured.n_one, measured.n_nonneg
+        return
     if finite or _all_finite(vals):  # the usual case: no inf, no copy
         cs.n_posinf = cs.n_neginf = 0
         v, c = vals, w
@@ -449,8 +469,10 @@ def _summarize_numeric(
             vals = vals[~nan]
     cs.n_null = len(s) - len(vals)
     cs.n_token = 0
-    _numeric_view(cs, vals, finite=finite)
-    cs.distinct = KMV.of_numbers(vals)
+    # the usual case, finite values: one compiled pass (None: the NumPy reference)
+    measured = numeric_pass(vals, cs.sketch, KMV_SIZE) if finite else None
+    _numeric_view(cs, vals, finite=finite, measured=measured)
+    cs.distinct = KMV.of_numbers(vals) if measured is None else measured.distinct
     # The list would hold min(distinct, keep) keys: exactly known below the sketch's k,
     # else at most keep. Withheld with the longest list possible -> withheld with the
     # true one (the rules only get stricter as the list shrinks): skip the counting.
