@@ -89,7 +89,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--csv", type=Path, help="reuse this generated CSV (else a temporary one)")
+    ap.add_argument(
+        "--runs",
+        default="reference,fedep_pca,fedep",
+        help="comma-separated runs to time (reference, fedep_pca, fedep; default all)",
+    )
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also time `fedep fit --method pca` of this fedep src folder (another "
+        "checkout) as fedep_pca_baseline, alternating with the others",
+    )
     args = ap.parse_args()
+    wanted = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if "reference" not in wanted or not set(wanted) <= {"reference", "fedep_pca", "fedep"}:
+        ap.error("--runs: reference plus any of fedep_pca, fedep")
 
     work = Path(tempfile.mkdtemp(prefix="fedep-big-"))
     env = child_env()
@@ -102,16 +116,21 @@ def main() -> None:
         run(child + ["fedep", "warmup", "--quiet"], env)
         fit = child + ["fedep", "fit", "--train", str(csv), "--n-components", "10"]
         fit += ["--out", str(work / "m.fedep"), "--quiet"]
-        cmds = {
+        every = {
             "reference": child + ["ref", str(csv)],
             "fedep_pca": fit + ["--method", "pca"],
             "fedep": fit,
         }
+        cmds = {k: (every[k], env) for k in wanted}
+        if args.baseline_src:
+            base_env = dict(env, PYTHONPATH=str(args.baseline_src.resolve()))
+            cmds["fedep_pca_baseline"] = (every["fedep_pca"], child_env(base_env, checkout=False))
+            run(child + ["fedep", "warmup", "--quiet"], cmds["fedep_pca_baseline"][1])
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         load = [os.getloadavg()[0]]
         for _ in range(args.repeats):
-            for name, cmd in cmds.items():
-                runs[name].append(run(cmd, env))
+            for name, (cmd, cmd_env) in cmds.items():
+                runs[name].append(run(cmd, cmd_env))
         load.append(os.getloadavg()[0])
         csv_mb = csv.stat().st_size / 2**20
     finally:
@@ -132,11 +151,11 @@ def main() -> None:
         "median_seconds": med,
         "median_cpu_seconds": cpu,
         "peak_rss_over_matrix": {k: v / matrix_mb for k, v in peak.items()},
-        "fedep_over_reference": med["fedep"] / med["reference"],
-        "fedep_pca_over_reference": med["fedep_pca"] / med["reference"],
-        "fedep_over_reference_cpu": cpu["fedep"] / cpu["reference"],
-        "fedep_pca_over_reference_cpu": cpu["fedep_pca"] / cpu["reference"],
     }
+    for k in cmds:
+        if k != "reference":
+            result[f"{k}_over_reference"] = med[k] / med["reference"]
+            result[f"{k}_over_reference_cpu"] = cpu[k] / cpu["reference"]
     write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
