@@ -82,3 +82,32 @@ def test_summaries_equal_with_and_without_the_compiled_pass(monkeypatch):
     monkeypatch.setenv("FEDEP_KERNELS", "numpy")
     reference = json.dumps(summaries.summarize_columns(df).to_dict(), sort_keys=True)
     assert compiled == reference
+
+
+def test_small_tables_take_numpy_until_numba_has_started(monkeypatch):
+    from fedep.core._kernels import _dispatch
+
+    monkeypatch.setenv("FEDEP_KERNELS", "auto")
+    monkeypatch.setattr(_dispatch, "ready", lambda dispatcher: True)  # a warm cache
+    monkeypatch.setattr(_dispatch, "_numba_started", False)
+    monkeypatch.setattr(_dispatch, "_small_rows", 0)
+    v = np.random.default_rng(0).standard_normal(50_000)
+    # 50,000 values count as 50,000 / VALUES_PER_ROW rows toward START_ROWS
+    assert numeric_pass(v, LogHistogram(32), 256) is None
+    assert _dispatch._small_rows == len(v) // _column_pass.VALUES_PER_ROW
+    monkeypatch.setattr(_dispatch, "_numba_started", True)  # another kernel started it
+    assert numeric_pass(v, LogHistogram(32), 256) is not None
+
+
+def test_a_large_table_runs_compiled_from_its_first_column(monkeypatch):
+    from fedep.core._kernels import _dispatch
+
+    monkeypatch.setenv("FEDEP_KERNELS", "auto")
+    monkeypatch.setattr(_dispatch, "ready", lambda dispatcher: True)
+    monkeypatch.setattr(_dispatch, "_numba_started", False)
+    monkeypatch.setattr(_dispatch, "_small_rows", 0)
+    v = np.random.default_rng(0).standard_normal(1000)
+    big = _dispatch.START_ROWS * _column_pass.VALUES_PER_ROW
+    assert numeric_pass(v, LogHistogram(32), 256, work=big - 1) is None  # adds its own
+    assert _dispatch._small_rows == len(v) // _column_pass.VALUES_PER_ROW
+    assert numeric_pass(v, LogHistogram(32), 256, work=big) is not None

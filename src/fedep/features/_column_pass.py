@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedep.core._kernels._dispatch import requested_mode, use_compiled
+from fedep.core._kernels._dispatch import START_ROWS, requested_mode, use_compiled
 from fedep.features.sketches import (
     _SPLITMIX_GAMMA,
     _SPLITMIX_M1,
@@ -49,6 +49,13 @@ BLOCK = 1 << 16
 #: The bin tables span ``|x|`` from 1e-12 to float64's largest (about 322 decades);
 #: finer sketches take the reference (their table would be large).
 MAX_BINS_PER_DECADE = 4096
+
+#: Values per "row" told to the small-work rule (:func:`~fedep.core._kernels._dispatch.
+#: use_compiled`): the pass saves ~21 ns a value against the NumPy path, a per-row
+#: kernel some microseconds a row, so numba's start (0.15 s to load this kernel from
+#: its cache) pays back over ~7 million values, :data:`START_ROWS
+#: <fedep.core._kernels._dispatch.START_ROWS>` times this.
+VALUES_PER_ROW = 64
 
 _SIGN_BIT = np.uint64(1 << 63)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
@@ -123,11 +130,15 @@ class ColumnPass:
     distinct: KMV
 
 
-def numeric_pass(vals: np.ndarray, sketch: LogHistogram, k: int) -> ColumnPass | None:
+def numeric_pass(
+    vals: np.ndarray, sketch: LogHistogram, k: int, work: int | None = None
+) -> ColumnPass | None:
     """Add finite ``vals`` to ``sketch`` and measure them in one compiled pass, or None
     (``sketch`` untouched) when the compiled kernel is not to run (see
-    :func:`fedep.core._kernels._dispatch.use_compiled`), there are no values or the
-    sketch is finer than :data:`MAX_BINS_PER_DECADE`.
+    :func:`fedep.core._kernels._dispatch.use_compiled`: under ``"auto"``, small
+    tables take the NumPy path until numba has started in this process, see
+    :data:`VALUES_PER_ROW`), there are no values or the sketch is finer than
+    :data:`MAX_BINS_PER_DECADE`.
 
     Parameters
     ----------
@@ -136,6 +147,10 @@ def numeric_pass(vals: np.ndarray, sketch: LogHistogram, k: int) -> ColumnPass |
         Receives the values, as ``sketch.add(vals)`` would.
     k : int
         The distinct-count sketch's size.
+    work : int, optional
+        The values the caller summarises in all (a whole table's; default ``n``): a
+        table large enough to pay numba's start back runs compiled from its first
+        column.
 
     Returns
     -------
@@ -143,11 +158,15 @@ def numeric_pass(vals: np.ndarray, sketch: LogHistogram, k: int) -> ColumnPass |
     """
     n = vals.shape[0]
     bpd = int(sketch.bins_per_decade)
+    # a table whose values pay numba's start back starts it at once; a smaller one's
+    # columns add their own values to the other small work of this process
+    rows = (n if work is None else work) // VALUES_PER_ROW
+    rows = rows if rows >= START_ROWS else n // VALUES_PER_ROW
     if (
         _pass_kernel is None
         or n == 0
         or not 1 <= bpd <= MAX_BINS_PER_DECADE
-        or not use_compiled(_pass_kernel, requested_mode("auto"), n)
+        or not use_compiled(_pass_kernel, requested_mode("auto"), rows)
     ):
         return None
     v = np.ascontiguousarray(vals, dtype=np.float64)

@@ -450,7 +450,7 @@ def _category_view(cs: ColumnSummary, uniq: np.ndarray, cnt: np.ndarray, keep: i
 
 
 def _summarize_numeric(
-    name: str, s: pd.Series, cs: ColumnSummary, keep: int, forced: bool
+    name: str, s: pd.Series, cs: ColumnSummary, keep: int, forced: bool, work: int
 ) -> ColumnSummary:
     """Numeric family: numbers counted by value, keyed as text only when listed.
 
@@ -470,7 +470,7 @@ def _summarize_numeric(
     cs.n_null = len(s) - len(vals)
     cs.n_token = 0
     # the usual case, finite values: one compiled pass (None: the NumPy reference)
-    measured = numeric_pass(vals, cs.sketch, KMV_SIZE) if finite else None
+    measured = numeric_pass(vals, cs.sketch, KMV_SIZE, work) if finite else None
     _numeric_view(cs, vals, finite=finite, measured=measured)
     cs.distinct = KMV.of_numbers(vals) if measured is None else measured.distinct
     # The list would hold min(distinct, keep) keys: exactly known below the sketch's k,
@@ -492,8 +492,15 @@ def _summarize_numeric(
 
 
 def _summarize_one(
-    name: str, s: pd.Series, keep: int, sketch_size: int, forced: bool = False
+    name: str,
+    s: pd.Series,
+    keep: int,
+    sketch_size: int,
+    forced: bool = False,
+    work: int | None = None,
 ) -> ColumnSummary:
+    """One column's summary; ``work``: the values of the whole table (default the
+    column's), for the compiled pass's small-work rule."""
     fam = column_family(s)
     cs = ColumnSummary(name=name, families=(fam,), n_rows=len(s))
     cs.sketch = LogHistogram(sketch_size)
@@ -510,7 +517,7 @@ def _summarize_one(
         cs.n_time = len(vals)
         return cs
     if fam == "numeric":
-        return _summarize_numeric(name, s, cs, keep, forced)
+        return _summarize_numeric(name, s, cs, keep, forced, len(s) if work is None else work)
     if fam == "string" and isinstance(s.dtype, pd.StringDtype):
         # text already (what the readers give): count it as it is stored, and make
         # Python strings of the distinct values only (string_view would of every row)
@@ -620,7 +627,7 @@ def summarize_columns(
 
     def one(j: int) -> ColumnSummary:
         n = names[j]
-        return _summarize_one(n, df.iloc[:, j], keep, int(sketch_size), n in forced)
+        return _summarize_one(n, df.iloc[:, j], keep, int(sketch_size), n in forced, df.size)
 
     # Columns are independent, and their passes run in NumPy without the GIL: a large
     # table's columns are summarised on the threads the thread rule gives (the cores
