@@ -74,8 +74,14 @@ def test_pass_declines_what_it_does_not_hold(monkeypatch):
     assert numeric_pass(v, LogHistogram(32), 256) is None
 
 
-def test_summaries_equal_with_and_without_the_compiled_pass(monkeypatch):
-    df = pd.DataFrame(_columns(BLOCK + 5000, seed=3))
+@pytest.mark.parametrize("layout", ["columns", "one block"])
+def test_summaries_equal_with_and_without_the_compiled_pass(monkeypatch, layout):
+    cols = _columns(BLOCK + 5000, seed=3)
+    if layout == "columns":
+        df = pd.DataFrame(cols)
+    else:  # one row-major block: every column a strided view
+        df = pd.DataFrame(np.column_stack(list(cols.values())), columns=list(cols), copy=False)
+        assert not df["normal"].to_numpy().flags.c_contiguous
     df.loc[3:6, "normal"] = np.nan  # NaN dropped first; the pass sees finite values
     df.loc[7, "rounded"] = math.inf  # not finite: the reference path
     compiled = json.dumps(summaries.summarize_columns(df).to_dict(), sort_keys=True)
