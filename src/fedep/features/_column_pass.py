@@ -106,6 +106,8 @@ def _pass_impl(
     ext[0], ext[1] = lo, hi
 
 
+# Not fedep.core._kernels._jit's decorator: its fastmath flags would let LLVM contract or
+# reorder the float steps that must equal NumPy's (``logs[i] * bpd``, the comparisons).
 _pass_kernel = None if numba is None else numba.njit(cache=True, nogil=True)(_pass_impl)
 
 
