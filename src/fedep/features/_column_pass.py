@@ -62,47 +62,52 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 def _pass_impl(
-    v, bits, logs, bpd, off, zero_cut, cut, take_all, bins, hashes, counts, ext
+    v, bits, logs, bpd, off, zero_cut, cut, take_all, bins, hz, hashes, counts, ext
 ):  # pragma: no cover
-    # One block: v (float64), bits (its uint64 view), logs = log10(|v|). bins: entry
-    # 2 (k + off) for a positive value of bin k, 2 (k + off) + 1 for a negative one.
-    # counts: zeros, ones, non-negative, |x| < zero_cut, hashes kept, values outside
-    # the bin table. Branch-free where the data decides (a sign is a coin toss).
+    # One block: v (float64), bits (its uint64 view), logs = log10(|v|), hz a scratch
+    # of the block's length. bins: entry 2 (k + off) for a positive value of bin k,
+    # 2 (k + off) + 1 for a negative one. counts: zeros, ones, non-negative,
+    # |x| < zero_cut, hashes kept, values outside the bin table.
     # Compiled by numba; coverage cannot see inside.
-    n_zero, n_one, n_nonneg, n_small = counts[0], counts[1], counts[2], counts[3]
-    n_hash, n_bad = counts[4], counts[5]
-    lo, hi = ext[0], ext[1]
-    size = bins.shape[0] // 2
-    for i in range(v.shape[0]):
+    m = v.shape[0]
+    n_zero, n_one, n_nonneg = counts[0], counts[1], counts[2]
+    # First loop, without branches or stores that depend on the data (SIMD): the
+    # hashes, splitmix64 of the bits of x + 0.0 (-0.0 hashes as 0.0), and the counts.
+    for i in range(m):
         x = v[i]
-        lo = min(lo, x)
-        hi = max(hi, x)
         n_zero += x == 0.0
         n_one += x == 1.0
         n_nonneg += x >= 0.0
-        if abs(x) < zero_cut:
-            n_small += 1
-        else:
-            k = int(np.floor(logs[i] * bpd)) + off
-            if 0 <= k < size:
-                bins[2 * k + (x < 0.0)] += 1
-            else:
-                n_bad += 1
-        # splitmix64 of the bits of x + 0.0 (-0.0 hashes as 0.0)
         z = bits[i]
-        if z == _SIGN_BIT:
-            z = np.uint64(0)
+        z = np.uint64(0) if z == _SIGN_BIT else z
         z = z + _SPLITMIX_GAMMA
         z = z ^ (z >> _S30)
         z = z * _SPLITMIX_M1
         z = z ^ (z >> _S27)
         z = z * _SPLITMIX_M2
-        z = z ^ (z >> _S31)
+        hz[i] = z ^ (z >> _S31)
+    counts[0], counts[1], counts[2] = n_zero, n_one, n_nonneg
+    # Second loop: extremes, sketch bins (a scatter) and the hashes below the cut.
+    n_small, n_hash, n_bad = counts[3], counts[4], counts[5]
+    lo, hi = ext[0], ext[1]
+    size = bins.shape[0] // 2
+    for i in range(m):
+        x = v[i]
+        lo = min(lo, x)
+        hi = max(hi, x)
+        if abs(x) < zero_cut:
+            n_small += 1
+        else:
+            k = int(np.floor(logs[i] * bpd)) + off
+            if 0 <= k < size:
+                bins[2 * k + (x < 0.0)] += 1  # branch-free: a sign is a coin toss
+            else:
+                n_bad += 1
+        z = hz[i]
         if take_all or z < cut:
             hashes[n_hash] = z
             n_hash += 1
-    counts[0], counts[1], counts[2], counts[3] = n_zero, n_one, n_nonneg, n_small
-    counts[4], counts[5] = n_hash, n_bad
+    counts[3], counts[4], counts[5] = n_small, n_hash, n_bad
     ext[0], ext[1] = lo, hi
 
 
@@ -182,6 +187,7 @@ def numeric_pass(
     counts = np.zeros(6, np.int64)
     ext = np.array([np.inf, -np.inf])
     logs = np.empty(min(n, BLOCK))
+    hz = np.empty(min(n, BLOCK), np.uint64)
     with np.errstate(divide="ignore"):  # log10(0) = -inf: such values are not binned
         for a in range(0, n, BLOCK):
             b = min(n, a + BLOCK)
@@ -190,7 +196,7 @@ def numeric_pass(
             np.log10(lg, out=lg)  # in place, as LogHistogram.add
             _pass_kernel(
                 v[a:b], bits[a:b], lg, float(bpd), off, SKETCH_ZERO, cut, take_all,
-                bins, hashes, counts, ext,
+                bins, hz[: b - a], hashes, counts, ext,
             )  # fmt: skip
     n_zero, n_one, n_nonneg, n_small, n_hash, n_bad = counts.tolist()
     if n_bad:  # pragma: no cover - the table spans every finite |x| >= 1e-12
