@@ -136,3 +136,16 @@ def test_a_whole_fit_runs_under_the_thread_limit(monkeypatch):
                               random_state=0)  # fmt: skip
     FedEP(n_components=2, n_rounds=3, random_state=0).fit(fed.X_train, groups=fed.groups_train)
     assert seen and all(t == 1 for t in seen), seen
+
+
+def test_worker_threads_take_every_core_however_busy(monkeypatch):
+    # read and summary threads block instead of spinning: the load does not cut them
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setattr(_threads, "available_cores", lambda: 4)
+    monkeypatch.setattr(_threads, "busy_threads", lambda: 50.0)
+    assert _threads.worker_threads() == 4
+    assert choose_threads(1e12) == 1  # the BLAS rule, same machine: one thread
+    monkeypatch.setenv(THREADS_ENV, "2")
+    assert _threads.worker_threads() == 2
+    monkeypatch.setenv(THREADS_ENV, "16")
+    assert _threads.worker_threads() == 4  # capped by the cores

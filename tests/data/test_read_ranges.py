@@ -18,7 +18,7 @@ def small_ranges(monkeypatch):
     """Tiny ranges and chunks, three threads: every path of a big file on a small one."""
     monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 64)
     monkeypatch.setattr(ranges, "CHUNK_ROWS", 7)
-    monkeypatch.setattr(ranges, "choose_threads", lambda flops: 3)
+    monkeypatch.setattr(ranges, "worker_threads", lambda: 3)
 
 
 def _table(n: int, seed: int) -> pd.DataFrame:

@@ -68,7 +68,7 @@ def test_threaded_summaries_equal_one_thread(monkeypatch):
     df["wide"] = np.random.default_rng(1).standard_normal(2000) * 1e-13
     one = json.dumps(summaries.summarize_columns(df).to_dict(), sort_keys=True)
     monkeypatch.setattr(summaries, "_THREADED_CELLS", 0)
-    monkeypatch.setattr(summaries, "choose_threads", lambda flops: 3)
+    monkeypatch.setattr(summaries, "worker_threads", lambda: 3)
     threaded = json.dumps(summaries.summarize_columns(df).to_dict(), sort_keys=True)
     assert threaded == one
     assert json.loads(one)["n_rows"] == 2000 and isinstance(df, pd.DataFrame)

@@ -46,6 +46,7 @@ __all__ = [
     "busy_threads",
     "choose_threads",
     "single_threaded_blas",
+    "worker_threads",
 ]
 
 #: Environment variable that fixes the BLAS threads of every product.
@@ -103,6 +104,22 @@ def _env_threads() -> int | None:
     if value.isdigit() and int(value) > 0:
         return int(value)
     return None
+
+
+def worker_threads() -> int:
+    """Threads for parallel work that does not spin: the byte ranges of a CSV read, the
+    column summaries (pandas' parser and NumPy's loops release the GIL and block, they
+    do not busy-wait).
+
+    ``FEDEP_THREADS`` when set, else every core this process may use
+    (:func:`available_cores`), as pandas' own parallel reader takes them. The BLAS rule
+    of :func:`choose_threads` leaves busy cores alone because a spinning BLAS thread
+    that waits for a descheduled one stalls every product; a worker thread that waits
+    for a core only waits its turn, so on a busy machine it gets its share of the
+    cores instead of one core's worth (measured: docs/performance.md, "Large files").
+    """
+    fixed = _env_threads()
+    return available_cores() if fixed is None else min(fixed, available_cores())
 
 
 def _runnable_now() -> int:

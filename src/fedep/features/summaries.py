@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from fedep.core._threads import choose_threads
+from fedep.core._threads import worker_threads
 from fedep.core.stats import value_moments
 from fedep.features._column_pass import ColumnPass, numeric_pass
 from fedep.features._values import (
@@ -630,9 +630,9 @@ def summarize_columns(
         return _summarize_one(n, df.iloc[:, j], keep, int(sketch_size), n in forced, df.size)
 
     # Columns are independent, and their passes run in NumPy without the GIL: a large
-    # table's columns are summarised on the threads the thread rule gives (the cores
-    # not busy with other work).
-    workers = 1 if df.size < _THREADED_CELLS else min(len(names), choose_threads(math.inf))
+    # table's columns are summarised on every core this process may use (worker
+    # threads block, they do not spin as a BLAS does: fedep.core._threads).
+    workers = 1 if df.size < _THREADED_CELLS else min(len(names), worker_threads())
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
             done = list(pool.map(one, range(len(names))))

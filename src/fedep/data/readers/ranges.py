@@ -22,7 +22,6 @@ in one range (a quoted field may hold a line break, where a range must not start
 from __future__ import annotations
 
 import io
-import math
 import os
 import threading
 import warnings
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedep.core._threads import choose_threads
+from fedep.core._threads import worker_threads
 
 __all__ = ["read_ranges"]
 
@@ -193,8 +192,8 @@ def read_ranges(
     start = _data_start(path)
     if start is None or start >= size:
         return None
-    # threads: the cores not busy with other work (the rule of the BLAS products)
-    parts = max(1, min(choose_threads(math.inf), (size - start) // MIN_RANGE_BYTES))
+    # threads: every core this process may use (parsing threads block, never spin)
+    parts = max(1, min(worker_threads(), (size - start) // MIN_RANGE_BYTES))
     spans = _split(path, start, size, parts)
     with ThreadPoolExecutor(len(spans)) as pool:
         counted = list(pool.map(lambda s: _count(path, *s), spans))
