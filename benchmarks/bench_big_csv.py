@@ -18,9 +18,10 @@ threads, from ``wait4``) and the child's peak RSS (its own ``VmHWM``: Linux carr
 float matrix's size, and the 1-minute load average when it started; ratios are
 medians over the reference's median. The kernels are compiled first (``fedep
 warmup``) so that no run pays the compilation. The machine is shared: on a busy one the
-wall times say little and the CPU seconds are the steadier figure (fedep's thread rule
-gives the read and the column summaries one thread when the cores are busy, pandas'
-parallel reader always takes them all).
+wall times say little and the CPU seconds are the steadier figure (the reference's
+BLAS threads spin when the cores are busy; fedep's read and column summaries, like
+pandas' parallel reader, take every core, its BLAS products only the idle ones).
+``--baseline-src`` times another checkout's ``--method pca`` in the same run.
 """
 
 from __future__ import annotations
