@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,30 @@ def test_worker_threads_take_every_core_however_busy(monkeypatch):
     assert _threads.worker_threads() == 2
     monkeypatch.setenv(THREADS_ENV, "16")
     assert _threads.worker_threads() == 4  # capped by the cores
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 64, 1000, 1001])
+@pytest.mark.parametrize(("step", "threads"), [(1, 1), (16, 2), (16, 3), (100, 8)])
+def test_row_spans_cover_every_row_once(n, step, threads):
+    seen = np.zeros(n, int)
+    lock = threading.Lock()
+    spans = []
+
+    def fn(lo, hi):
+        with lock:
+            spans.append((lo, hi))
+            seen[lo:hi] += 1
+
+    _threads.over_row_spans(fn, n, step, threads)
+    assert (seen == 1).all()
+    assert len(spans) <= threads
+    assert all((hi - lo) % step == 0 for lo, hi in spans if hi != n)
+
+
+def test_row_spans_raise_what_a_span_raises():
+    def fn(lo, hi):
+        if lo > 0:
+            raise ValueError(f"span {lo}")
+
+    with pytest.raises(ValueError, match="span"):
+        _threads.over_row_spans(fn, 100, 10, 2)

@@ -77,3 +77,23 @@ def test_blocked_moments_equal_the_direct_formula(n, k, monkeypatch):
     np.testing.assert_array_equal(m.mean, mean)
     np.testing.assert_array_equal(m.m2, np.square(X - mean).sum(axis=0))  # bit for bit
     np.testing.assert_allclose(m.m2, X.var(axis=0) * n, rtol=1e-10)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_encoding_on_worker_threads_equals_one_thread(threads, monkeypatch):
+    df = _messy(1000, seed=7)
+    monkeypatch.setattr(pipeline_mod, "_ENCODE_BLOCK_ROWS", 16)  # spans of several blocks
+    one = FeaturePipeline().fit_transform(df)
+    monkeypatch.setattr(pipeline_mod, "_THREADED_CELLS", 0)
+    monkeypatch.setattr(pipeline_mod, "worker_threads", lambda: threads)
+    spans = []
+    real = pipeline_mod.over_row_spans
+
+    def spy(fn, n, step, workers):
+        spans.append(workers)
+        real(fn, n, step, workers)
+
+    monkeypatch.setattr(pipeline_mod, "over_row_spans", spy)
+    many = FeaturePipeline().fit_transform(df)
+    assert spans and set(spans) == {threads}  # the threaded path ran
+    np.testing.assert_array_equal(many, one)

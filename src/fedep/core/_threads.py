@@ -33,7 +33,8 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from threadpoolctl import ThreadpoolController
@@ -45,6 +46,7 @@ __all__ = [
     "blas_threads",
     "busy_threads",
     "choose_threads",
+    "over_row_spans",
     "single_threaded_blas",
     "worker_threads",
 ]
@@ -120,6 +122,27 @@ def worker_threads() -> int:
     """
     fixed = _env_threads()
     return available_cores() if fixed is None else min(fixed, available_cores())
+
+
+def over_row_spans(fn: Callable[[int, int], None], n: int, step: int, threads: int) -> None:
+    """``fn(lo, hi)`` over contiguous spans of rows covering ``range(n)``, one span per
+    thread (at most ``threads``), each span a multiple of ``step`` rows long but the
+    last; on the calling thread alone when one span. For per-row work whose threads
+    block rather than spin (NumPy's loops): every row gets the same operations as in
+    one pass, so the result does not depend on ``threads``. An exception in ``fn`` is
+    raised here once every span has ended.
+    """
+    per = -(-max(n, 1) // max(1, threads))
+    per = -(-per // step) * step
+    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
+    if len(spans) <= 1:
+        for lo, hi in spans:
+            fn(lo, hi)
+        return
+    with ThreadPoolExecutor(len(spans)) as pool:
+        jobs = [pool.submit(fn, lo, hi) for lo, hi in spans]
+    for job in jobs:
+        job.result()
 
 
 def _runnable_now() -> int:

@@ -42,6 +42,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
+from fedep.core._threads import over_row_spans, worker_threads
 from fedep.core.stats import Moments, client_moments, combine_moments
 from fedep.features._values import (
     BOOL_FALSE,
@@ -273,16 +274,28 @@ _ENCODE_BLOCK_ROWS = 1 << 10
 _ENCODE_PENDING_BYTES = 1 << 26
 
 
+#: Outputs of at least this many cells are written and scaled on worker threads.
+_THREADED_CELLS = 1 << 20
+
+
+def _row_threads(out: np.ndarray) -> int:
+    return worker_threads() if out.size >= _THREADED_CELLS else 1
+
+
 def _interleave(out: np.ndarray, columns: list[tuple[int, np.ndarray]]) -> None:
-    """``out[:, j] = v`` for every ``(j, v)`` of ``columns``, a block of rows at a time."""
+    """``out[:, j] = v`` for every ``(j, v)`` of ``columns``, a block of rows at a time
+    (spans of rows on worker threads for a large ``out``: copies, the same values)."""
     if not columns:
         return
-    n = out.shape[0]
     step = _ENCODE_BLOCK_ROWS
-    for start in range(0, n, step):
-        rows = slice(start, min(start + step, n))
-        for j, v in columns:
-            out[rows, j] = v[rows]
+
+    def span(lo: int, hi: int) -> None:
+        for start in range(lo, hi, step):
+            rows = slice(start, min(start + step, hi))
+            for j, v in columns:
+                out[rows, j] = v[rows]
+
+    over_row_spans(span, out.shape[0], step, _row_threads(out))
 
 
 def _to_normal_score(d: ColumnDecision, merged: ColumnSummaries) -> ColumnDecision:
@@ -323,12 +336,17 @@ def _gateway_frames(df: pd.DataFrame, codes: np.ndarray | None, k: int):
 
 def _center_scale(Z: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> None:
     """``Z -= mean; Z /= scale`` in place, a block of rows at a time (one pass over
-    memory instead of two; the same operations on every value)."""
+    memory instead of two; the same operations on every value, on worker threads for a
+    large ``Z``)."""
     step = 4 * _ENCODE_BLOCK_ROWS
-    for start in range(0, Z.shape[0], step):
-        block = Z[start : start + step]
-        block -= mean
-        block /= scale
+
+    def span(lo: int, hi: int) -> None:
+        for start in range(lo, hi, step):
+            block = Z[start : min(start + step, hi)]
+            block -= mean
+            block /= scale
+
+    over_row_spans(span, Z.shape[0], step, _row_threads(Z))
 
 
 class FeaturePipeline(TransformerMixin, BaseEstimator):
