@@ -178,3 +178,22 @@ def test_row_spans_raise_what_a_span_raises():
 
     with pytest.raises(ValueError, match="span"):
         _threads.over_row_spans(fn, 100, 10, 2)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_residual_energies_on_worker_threads_equal_one_thread(threads, monkeypatch):
+    from fedep.core import scoring
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((1003, 9))
+    B = np.linalg.qr(rng.standard_normal((9, 3)))[0]
+    monkeypatch.setattr(scoring, "ENERGY_BLOCK_ROWS", 50)  # blocks across span edges
+    monkeypatch.setattr(scoring, "worker_threads", lambda: 1)
+    one = residual_energy(X, B)
+    used = []
+    real = scoring.over_row_spans
+    monkeypatch.setattr(scoring, "worker_threads", lambda: threads)
+    monkeypatch.setattr(scoring, "over_row_spans", lambda *a: (used.append(a[3]), real(*a))[1])
+    np.testing.assert_array_equal(residual_energy(X, B), one)
+    assert used == [threads]
+    np.testing.assert_allclose(one, ((X - X @ B @ B.T) ** 2).sum(axis=1), rtol=1e-12)

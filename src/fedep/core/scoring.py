@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedep.core._threads import blas_threads
+from fedep.core._threads import blas_threads, over_row_spans, worker_threads
 
 __all__ = ["residuals", "residual_energy", "feature_contributions"]
 
@@ -29,13 +29,22 @@ def residual_energy(X: np.ndarray, B: np.ndarray) -> np.ndarray:
 
     Computed a block of :data:`ENERGY_BLOCK_ROWS` records at a time, so that scoring a
     large training set (every fit scores its records) adds no copy of it to the peak.
+    When a block's products are small enough for one BLAS thread (the thread rule's
+    :data:`~fedep.core._threads.SMALL_FLOPS`), the blocks are shared among worker
+    threads, each block computed exactly as on one thread (the same single-threaded
+    products of the same rows), so the scores do not depend on the threads.
     """
     out = np.empty(X.shape[0])
-    block = min(X.shape[0], ENERGY_BLOCK_ROWS)
-    with blas_threads(4.0 * block * B.shape[0] * B.shape[1]):
-        for start in range(0, X.shape[0], ENERGY_BLOCK_ROWS):
-            R = residuals(X[start : start + ENERGY_BLOCK_ROWS], B)
-            out[start : start + ENERGY_BLOCK_ROWS] = np.einsum("ij,ij->i", R, R)
+    step = ENERGY_BLOCK_ROWS
+    block = min(X.shape[0], step)
+
+    def span(lo: int, hi: int) -> None:
+        for start in range(lo, hi, step):
+            R = residuals(X[start : min(start + step, hi)], B)
+            out[start : start + len(R)] = np.einsum("ij,ij->i", R, R)
+
+    with blas_threads(4.0 * block * B.shape[0] * B.shape[1]) as blas:
+        over_row_spans(span, X.shape[0], step, worker_threads() if blas == 1 else 1)
     return out
 
 
