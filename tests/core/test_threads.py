@@ -151,6 +151,10 @@ def test_worker_threads_take_every_core_however_busy(monkeypatch):
     assert _threads.worker_threads() == 2
     monkeypatch.setenv(THREADS_ENV, "16")
     assert _threads.worker_threads() == 4  # capped by the cores
+    monkeypatch.setattr(_threads, "available_cores", lambda: 64)
+    assert _threads.worker_threads() == 16  # the setting wins up to the cores
+    monkeypatch.delenv(THREADS_ENV)
+    assert _threads.worker_threads() == _threads.MAX_WORKERS  # default cap
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 64, 1000, 1001])

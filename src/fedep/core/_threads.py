@@ -41,6 +41,7 @@ from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "SMALL_FLOPS",
+    "MAX_WORKERS",
     "THREADS_ENV",
     "available_cores",
     "blas_threads",
@@ -53,6 +54,11 @@ __all__ = [
 
 #: Environment variable that fixes the BLAS threads of every product.
 THREADS_ENV = "FEDEP_THREADS"
+
+#: Worker threads by default (:func:`worker_threads`): the passes they share are
+#: bound by memory more than by cores beyond a few, and each may hold a block (the
+#: residual energies: one single-threaded BLAS product each).
+MAX_WORKERS = 8
 
 #: Products of fewer floating-point operations run on one thread (2^27: a Gram
 #: matrix of about 58,000 x 34 records, ~30 ms on one core).
@@ -114,14 +120,16 @@ def worker_threads() -> int:
     do not busy-wait).
 
     ``FEDEP_THREADS`` when set, else every core this process may use
-    (:func:`available_cores`), as pandas' own parallel reader takes them. The BLAS rule
+    (:func:`available_cores`) up to :data:`MAX_WORKERS`, as pandas' own parallel reader
+    takes them (up to 6). The BLAS rule
     of :func:`choose_threads` leaves busy cores alone because a spinning BLAS thread
     that waits for a descheduled one stalls every product; a worker thread that waits
     for a core only waits its turn, so on a busy machine it gets its share of the
     cores instead of one core's worth (measured: docs/performance.md, "Large files").
     """
     fixed = _env_threads()
-    return available_cores() if fixed is None else min(fixed, available_cores())
+    cores = available_cores()
+    return min(cores, MAX_WORKERS) if fixed is None else min(fixed, cores)
 
 
 def over_row_spans(fn: Callable[[int, int], None], n: int, step: int, threads: int) -> None:
