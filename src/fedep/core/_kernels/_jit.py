@@ -24,3 +24,16 @@ def jit(fn):
     if numba is None:  # pragma: no cover
         return None
     return numba.njit(cache=True, nogil=True, fastmath=FASTMATH, error_model="numpy")(fn)
+
+
+def jit_inline(fn):
+    """``fn`` compiled into each kernel that calls it (numba's ``inline="always"``).
+
+    For small helpers called in a kernel's inner loops: a call to a separately compiled
+    function passes every array as a struct and keeps LLVM from optimising across the
+    call. Not cached on its own (the calling kernel's cache holds it); None without
+    numba, as :func:`jit`.
+    """
+    if numba is None:  # pragma: no cover
+        return None
+    return numba.njit(inline="always", nogil=True, fastmath=FASTMATH, error_model="numpy")(fn)
