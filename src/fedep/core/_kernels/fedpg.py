@@ -33,9 +33,11 @@ def _rotate_in(Eq, Wq, Yq, Z, Qz, rq, WT, cT, QT):  # pragma: no cover - compile
     # Row j of E^T X for X = W, Y - rho Z and Qz, held transposed (r x n):
     # XT[p] = sum_i X[i, p] E[i], four rows of E at a time.
     n, r = Wq.shape
-    WT[:, :] = 0.0
-    cT[:, :] = 0.0
-    QT[:, :] = 0.0
+    for p in range(r):
+        for j in range(n):
+            WT[p, j] = 0.0
+            cT[p, j] = 0.0
+            QT[p, j] = 0.0
     i = 0
     while i + 4 <= n:
         for p in range(r):
@@ -62,9 +64,12 @@ def _rotate_in(Eq, Wq, Yq, Z, Qz, rq, WT, cT, QT):  # pragma: no cover - compile
         i += 1
 
 
-def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # pragma: no cover
-    # FedPG's local epochs for every client, in place on W (fedep.core.fedpg):
-    # g = (-2 C W + Y + rho_i (W - Z)) / N_i,  W <- qf(W - lr rg) with the Riemannian
+def _fedpg(
+    E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, W_out, Y_out, out
+):  # pragma: no cover
+    # FedPG's client step for every client (fedep.core.fedpg): the dual update
+    # Y_out = Y + rho_i (W - Z), then the local epochs from W, the result in W_out:
+    # g = (-2 C W + Y_out + rho_i (W - Z)) / N_i,  W <- qf(W - lr rg) with the Riemannian
     # gradient rg = g - W sym(W^T g) (Stiefel) or (I - W W^T) g (Grassmann); in the
     # eigenbasis E_i of C_i (rotated matrices held transposed, r x n: contiguous rows).
     # out[0, q]: tr(C) - tr(Qz^T C Qz), the objective of the consensus basis Qz;
@@ -82,7 +87,13 @@ def _fedpg(E, lam, W, Y, Z, Qz, inv_n, lr, rho, epochs, stiefel, trX, out):  # p
     for q in range(d):
         Eq = E[q]
         Wq = W[q]
-        _rotate_in(Eq, Wq, Y[q], Z, Qz, rho[q], WT, cT, QT)
+        Yq = Y_out[q]
+        rq = rho[q]
+        for i in range(n):
+            for p in range(r):
+                Yq[i, p] = Y[q, i, p] + rq * (Wq[i, p] - Z[i, p])
+        _rotate_in(Eq, Wq, Yq, Z, Qz, rq, WT, cT, QT)
+        Wq = W_out[q]
         fit = 0.0
         for p in range(r):
             for j in range(n):
