@@ -29,10 +29,11 @@ def jit(fn):
 def jit_inline(fn):
     """``fn`` compiled into each kernel that calls it (numba's ``inline="always"``).
 
-    For small helpers called in a kernel's inner loops: a call to a separately compiled
-    function passes every array as a struct and keeps LLVM from optimising across the
-    call. Not cached on its own (the calling kernel's cache holds it); None without
-    numba, as :func:`jit`.
+    For a helper a kernel calls once per client: no call, and the helper's loops are
+    optimised with the caller's. Each call still updates the reference counts of the
+    arrays passed (atomic operations), so inner loops are written out in the kernel
+    instead (:mod:`fedep.core._kernels.fedpg`). Not cached on its own (the calling
+    kernel's cache holds it); None without numba, as :func:`jit`.
     """
     if numba is None:  # pragma: no cover
         return None
