@@ -1,4 +1,5 @@
-"""FedPG's local epochs, compiled: Riemannian gradient steps with a QR retraction.
+"""FedPG's client pass, compiled: the dual update and the local epochs (Riemannian
+gradient steps with a QR retraction).
 
 Same iterates, to rounding, as the batched NumPy path of
 :class:`fedep.core.fedpg.FedPGCohort` (the reference, tested for parity), computed in
@@ -8,8 +9,8 @@ epoch's gradient ``-2 C_i W`` is ``-2 lam_i * W~`` (row-wise): O(n r) instead of
 O(n^2 r). The rest of an epoch commutes with the rotation (inner products ``W^T g``,
 the products ``W (W^T g)`` and the QR factor: ``qf(E^T A) = E^T qf(A)`` for orthogonal
 ``E``), so a round costs four n x n by n x r products per client (the rotations of
-``W``, ``Y``, ``Z`` and of the consensus basis for the objective, and ``W`` back)
-plus O(n r^2) per epoch, whatever its record count.
+``W``, of ``Y - rho_i Z`` and of the consensus basis for the objective, and ``W``
+back) plus O(n r^2) per epoch, whatever its record count.
 """
 
 from __future__ import annotations
