@@ -46,6 +46,7 @@ __all__ = [
     "busy_threads",
     "choose_threads",
     "single_threaded_blas",
+    "single_threaded_blas_block",
 ]
 
 #: Environment variable that fixes the BLAS threads of every product.
@@ -157,6 +158,14 @@ def blas_threads(flops: float) -> Iterator[int]:
     n = choose_threads(flops)
     with _controller().limit(limits=n, user_api="blas"):
         yield n
+
+
+@contextmanager
+def single_threaded_blas_block() -> Iterator[None]:
+    """Run the block with one BLAS thread (whatever ``FEDEP_THREADS`` says): for code
+    that runs its own threads, each calling BLAS on a small block."""
+    with _controller().limit(limits=1, user_api="blas"):
+        yield
 
 
 def single_threaded_blas(fn):
