@@ -10,6 +10,7 @@ Every process started leads its own process group and is stopped on every path.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -92,6 +93,27 @@ def _sweep(root: Path) -> list[int]:
     return found
 
 
+@contextlib.contextmanager
+def _processes(root: Path):
+    """A list to put started commands in: on the way out, on every path, each is
+    stopped and every Flower process of ``root`` swept; none may have been left."""
+    started: list[subprocess.Popen] = []
+    try:
+        yield started
+    finally:
+        for p in started:
+            _stop(p)
+        leftover = _sweep(root)
+    assert leftover == [], f"processes left running: {leftover}"
+
+
+def _succeed(procs, timeout: float) -> None:
+    """Wait for each command; each must exit 0 (its stderr's tail if not)."""
+    for p in procs:
+        err = p.communicate(timeout=timeout)[1]
+        assert p.returncode == 0, (p.args, err[-3000:])
+
+
 def _run(line: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     proc = _start(line, cwd)
     try:
@@ -161,8 +183,7 @@ def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
     finally:
         for p in procs:
             _stop(p)
-    started = []
-    try:
+    with _processes(tmp_path) as started:
         server = _start(lines[3], tmp_path)
         started.append(server)
         _wait_ready(server)
@@ -175,14 +196,7 @@ def test_the_recipe_runs_with_tls_and_authenticated_gateways(tmp_path):
         err = intruder.communicate(timeout=120)[1]
         assert intruder.returncode == 1, err[-2000:]
         assert "Failed to activate SuperNode" in err and "Traceback" not in err, err[-2000:]
-        for p in [*gateways, server]:
-            err = p.communicate(timeout=240)[1]
-            assert p.returncode == 0, (p.args, err[-3000:])
-    finally:
-        for p in started:
-            _stop(p)
-        leftover = _sweep(tmp_path)
-    assert leftover == [], f"processes left running: {leftover}"
+        _succeed([*gateways, server], timeout=240)
     result = json.loads((tmp_path / "runs/server/result.json").read_text())
     assert sorted(result["finalized"]) == ["site-a", "site-b"]
     assert result["failed"] == {}
@@ -277,8 +291,7 @@ def test_the_server_role_runs_secagg_with_tls_and_authenticated_gateways(tmp_pat
         f"fedep federate --role server --superlink 127.0.0.1:{port} --certs certs "
         f"--gateways 3 --gateway-keys {keys} {fit} --secure-aggregation --out runs/server"
     )
-    started = []
-    try:
+    with _processes(tmp_path) as started:
         server = _start(server_line, tmp_path)
         started.append(server)
         _wait_ready(server)
@@ -288,14 +301,7 @@ def test_the_server_role_runs_secagg_with_tls_and_authenticated_gateways(tmp_pat
                 f"--node-key {site}.key --train {site}.csv --once --out runs/{site}",
                 tmp_path,
             ))  # fmt: skip
-        for p in [*started[1:], server]:
-            err = p.communicate(timeout=300)[1]
-            assert p.returncode == 0, (p.args, err[-3000:])
-    finally:
-        for p in started:
-            _stop(p)
-        leftover = _sweep(tmp_path)
-    assert leftover == [], f"processes left running: {leftover}"
+        _succeed([*started[1:], server], timeout=300)
     secure = FederationResult.load(tmp_path / "runs/server/result.json")
     assert secure.failed == {} and sorted(secure.finalized) == sites
     cfgs = [{"data-path": str(tmp_path / f"{s}.csv"), "client-label": s} for s in sites]

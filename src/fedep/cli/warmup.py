@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from fedep.cli import main
-from fedep.cli._common import command_parser
+from fedep.cli._common import PROG, UsageError, command_parser
 from fedep.core._kernels._dispatch import ENV
 from fedep.core.warmup import warm_up
 
@@ -53,24 +53,44 @@ def _compiling_kernels():
 def _fit_and_score() -> None:
     """A tiny ``fedep fit`` and ``fedep score`` in a temporary directory: the feature
     pipeline and the scoring command's compiled line writer take the paths of a real
-    run (the solvers' kernels are :func:`~fedep.core.warmup.warm_up`'s)."""
+    run (the solvers' kernels are :func:`~fedep.core.warmup.warm_up`'s).
+
+    The model is signed with a throw-away secret and verified with it, so neither a
+    signing setting in the environment nor an unsigned-model warning reaches the user;
+    what the two commands print is kept, and shown only if one of them fails.
+
+    Raises
+    ------
+    UsageError
+        The fit or the score failed (its one-line error).
+    """
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 3)) @ rng.standard_normal((3, 6))
     with tempfile.TemporaryDirectory(prefix="fedep-warmup-") as tmp:
         data = Path(tmp) / "records.csv"
         rows = [",".join(f"{v:.6g}" for v in x) + f",g{i % 3}" for i, x in enumerate(X)]
         data.write_text("f0,f1,f2,f3,f4,f5,gateway\n" + "\n".join(rows) + "\n")
+        secret = Path(tmp) / "secret"
+        secret.write_text(os.urandom(16).hex())
+        key = f"@{secret}"
         model, scored = str(Path(tmp) / "m.fedep"), str(Path(tmp) / "scored.csv")
+        fit = ["fit", "--train", str(data), "--client-column", "gateway", "--n-rounds", "2"]
+        score = ["score", "--model", model, "--input", str(data), "--output", scored]
+        printed = io.StringIO()
         with (
             warnings.catch_warnings(),
-            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
             _compiling_kernels(),
         ):
             warnings.simplefilter("ignore")
-            fit = ["fit", "--train", str(data), "--client-column", "gateway"]
-            main([*fit, "--n-rounds", "2", "--out", model, "--quiet"])
-            main(["score", "--model", model, "--input", str(data), "--output", scored,
-                  "--client-column", "gateway", "--quiet"])  # fmt: skip
+            rc = main([*fit, "--out", model, "--sign-key", key, "--quiet"])
+            if rc == 0:
+                rc = main([*score, "--client-column", "gateway", "--verify-key", key, "--quiet"])
+        if rc != 0:
+            lines = printed.getvalue().strip().splitlines() or ["(no message)"]
+            last = lines[-1].removeprefix(f"{PROG}: error: ")
+            raise UsageError(f"the warm-up fit and score failed: {last}")
 
 
 def cmd_warmup(args) -> int:
