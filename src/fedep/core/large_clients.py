@@ -18,7 +18,10 @@ Recomputing ``A`` costs two products per record, so it pays where BLAS does them
 chunk of rows at a time (``CHUNK_ROWS``, in cache) goes through the products ``U B``,
 ``(U B) B^T``, ``y W``, ``(x - s) W``, ``(y W) W^T`` and ``U^T U`` (the Gram matrix) and
 two compiled per-element passes (:func:`fedep.core._kernels.s_step_rows`,
-:func:`~fedep.core._kernels.u_step_rows`). The NumPy reference
+:func:`~fedep.core._kernels.u_step_rows`). A client of many rows runs its blocks of
+``BLOCK_CHUNKS`` chunks on the threads of :func:`step_threads` (each with one BLAS
+thread; the compiled passes release the GIL), each block's sums added in the blocks'
+order: the same result on any number of threads. The NumPy reference
 (``FedEPCohort._data_step`` with the compiled kernels off) recomputes ``A`` by
 :func:`recompute_duals` and runs the stored-``A`` reference on it.
 """
