@@ -1,5 +1,7 @@
 """The data step of a client with many records: blocks on threads, against NumPy."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -76,6 +78,14 @@ def test_cohort_rounds_do_not_depend_on_the_threads(monkeypatch):
     blocks = [rng.standard_normal((6000, 8)) @ rng.standard_normal((8, 8)), rng.random((50, 8))]
     V0 = random_stiefel(8, 3, rng)
     monkeypatch.setattr(large_clients, "BLOCK_CHUNKS", 2)
+    pools = []  # the worker counts of the pools the data steps started
+
+    class Pool(ThreadPoolExecutor):
+        def __init__(self, workers):
+            pools.append(workers)
+            super().__init__(workers)
+
+    monkeypatch.setattr(large_clients, "ThreadPoolExecutor", Pool)
     runs = []
     for threads in (1, 2):
         monkeypatch.setattr(large_clients, "choose_threads", lambda flops, t=threads: t)
@@ -91,6 +101,7 @@ def test_cohort_rounds_do_not_depend_on_the_threads(monkeypatch):
             metrics.append(rep.metrics)
             V, _ = server_round("fedep", rep, V)
         runs.append((V, coh.W.copy(), coh.G.copy(), metrics))
+    assert pools == [2] * 4  # one pool a round with two threads, none with one
     (V1, W1, G1, m1), (V2, W2, G2, m2) = runs
     assert np.array_equal(V1, V2) and np.array_equal(W1, W2) and np.array_equal(G1, G2)
     for a, b in zip(m1, m2, strict=True):
