@@ -11,6 +11,7 @@ process, alternating ``--repeats`` times:
 - ``reference``: ``pandas.read_csv`` + ``sklearn.decomposition.PCA(10).fit``;
 - ``fedep_pca``: ``fedep fit --method pca --n-components 10``;
 - ``fedep``: ``fedep fit --n-components 10`` (FedEP, one gateway, default rounds).
+- ``fedep_baseline`` (with ``--baseline-src``): the same FedEP fit by another checkout.
 
 Each run: wall ``seconds``, ``cpu_seconds`` (user + system of the child, all its
 threads, from ``wait4``) and the child's peak RSS (its own ``VmHWM``: Linux carries
@@ -89,6 +90,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--csv", type=Path, help="reuse this generated CSV (else a temporary one)")
+    ap.add_argument(
+        "--baseline-src", type=Path, help="another checkout's src folder: its FedEP fit too"
+    )
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="fedep-big-"))
@@ -107,11 +111,17 @@ def main() -> None:
             "fedep_pca": fit + ["--method", "pca"],
             "fedep": fit,
         }
+        envs = dict.fromkeys(cmds, env)
+        if args.baseline_src is not None:  # the same FedEP fit by another checkout
+            base = dict(os.environ, PYTHONPATH=str(args.baseline_src.resolve()))
+            envs["fedep_baseline"] = child_env(base, checkout=False)
+            cmds["fedep_baseline"] = fit
+            run(child + ["fedep", "warmup", "--quiet"], envs["fedep_baseline"])
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         load = [os.getloadavg()[0]]
         for _ in range(args.repeats):
             for name, cmd in cmds.items():
-                runs[name].append(run(cmd, env))
+                runs[name].append(run(cmd, envs[name]))
         load.append(os.getloadavg()[0])
         csv_mb = csv.stat().st_size / 2**20
     finally:
@@ -137,6 +147,9 @@ def main() -> None:
         "fedep_over_reference_cpu": cpu["fedep"] / cpu["reference"],
         "fedep_pca_over_reference_cpu": cpu["fedep_pca"] / cpu["reference"],
     }
+    if "fedep_baseline" in med:
+        result["fedep_baseline_over_reference"] = med["fedep_baseline"] / med["reference"]
+        result["fedep_baseline_over_reference_cpu"] = cpu["fedep_baseline"] / cpu["reference"]
     write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
