@@ -11,6 +11,8 @@ process, alternating ``--repeats`` times:
 - ``reference``: ``pandas.read_csv`` + ``sklearn.decomposition.PCA(10).fit``;
 - ``fedep_pca``: ``fedep fit --method pca --n-components 10``;
 - ``fedep``: ``fedep fit --n-components 10`` (FedEP, one gateway, default rounds).
+- ``fedep_pca_baseline``, ``fedep_baseline`` (with ``--baseline-src``): the same fits
+  (those ``--runs`` names) by another checkout.
 
 Each run: wall ``seconds``, ``cpu_seconds`` (user + system of the child, all its
 threads, from ``wait4``) and the child's peak RSS (its own ``VmHWM``: Linux carries
@@ -21,7 +23,6 @@ warmup``) so that no run pays the compilation. The machine is shared: on a busy 
 wall times say little and the CPU seconds are the steadier figure (the reference's
 BLAS threads spin when the cores are busy; fedep's read and column summaries, like
 pandas' parallel reader, take every core, its BLAS products only the idle ones).
-``--baseline-src`` times another checkout's ``--method pca`` in the same run.
 """
 
 from __future__ import annotations
@@ -98,8 +99,7 @@ def main() -> None:
     ap.add_argument(
         "--baseline-src",
         type=Path,
-        help="also time `fedep fit --method pca` of this fedep src folder (another "
-        "checkout) as fedep_pca_baseline, alternating with the others",
+        help="another checkout's src folder: its fits (those of --runs) too, alternating",
     )
     args = ap.parse_args()
     wanted = [r.strip() for r in args.runs.split(",") if r.strip()]
@@ -122,16 +122,19 @@ def main() -> None:
             "fedep_pca": fit + ["--method", "pca"],
             "fedep": fit,
         }
-        cmds = {k: (every[k], env) for k in wanted}
-        if args.baseline_src:
-            base_env = dict(env, PYTHONPATH=str(args.baseline_src.resolve()))
-            cmds["fedep_pca_baseline"] = (every["fedep_pca"], child_env(base_env, checkout=False))
-            run(child + ["fedep", "warmup", "--quiet"], cmds["fedep_pca_baseline"][1])
+        cmds = {k: every[k] for k in wanted}
+        envs = dict.fromkeys(cmds, env)
+        if args.baseline_src is not None:  # the same fits by another checkout
+            base = dict(os.environ, PYTHONPATH=str(args.baseline_src.resolve()))
+            base_env = child_env(base, checkout=False)
+            for k in [k for k in wanted if k != "reference"]:
+                cmds[f"{k}_baseline"], envs[f"{k}_baseline"] = every[k], base_env
+            run(child + ["fedep", "warmup", "--quiet"], base_env)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         load = [os.getloadavg()[0]]
         for _ in range(args.repeats):
-            for name, (cmd, cmd_env) in cmds.items():
-                runs[name].append(run(cmd, cmd_env))
+            for name, cmd in cmds.items():
+                runs[name].append(run(cmd, envs[name]))
         load.append(os.getloadavg()[0])
         csv_mb = csv.stat().st_size / 2**20
     finally:

@@ -77,6 +77,27 @@ def test_residual_energy_in_blocks_equals_one_pass(monkeypatch):
     assert scoring.residual_energy(X[:0], B).shape == (0,)
 
 
+def test_residual_energies_on_threads_are_each_basis_alone(monkeypatch):
+    # tasks of 8 rows in blocks of 3 over 53 rows: 7 tasks, on one thread and on two
+    from fedep.core import scoring
+
+    rng = np.random.default_rng(4)
+    X = np.asfortranarray(rng.standard_normal((53, 6)))
+    bases = [np.linalg.qr(rng.standard_normal((6, r)))[0] for r in (1, 3)]
+    monkeypatch.setattr(scoring, "ENERGY_BLOCK_ROWS", 3)
+    monkeypatch.setattr(scoring, "ENERGY_TASK_ROWS", 8)
+    runs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("FEDEP_THREADS", threads)
+        runs.append(scoring.residual_energies(X, bases))
+    assert np.array_equal(runs[0], runs[1])
+    for B, got in zip(bases, runs[0], strict=True):
+        assert np.array_equal(got, scoring.residual_energy(X, B))
+        R = X - X @ B @ B.T
+        np.testing.assert_allclose(got, (R * R).sum(axis=1), rtol=1e-12, atol=1e-14)
+    assert scoring.residual_energies(X[:0], bases).shape == (2, 0)
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=12), st.integers(0, 1000))
 def test_federated_moments_equal_pooled(sizes, seed):

@@ -97,6 +97,41 @@ def test_eigenbasis_epochs_match_the_reference_on_rank_deficient_gateways(params
     assert np.allclose(np.swapaxes(b.W, 1, 2) @ b.W, np.eye(4), atol=1e-12)
 
 
+@pytest.mark.parametrize("rank", [1, 2, 5, 9])
+@pytest.mark.parametrize("manifold", ["stiefel", "grassmann"])
+def test_row_blocked_epochs_match_the_reference_at_every_rank(rank, manifold):
+    """The compiled pass takes rows four at a time and the rest one by one (dot products,
+    scaled-row sums, the triangular factor's inverse, the rotations): ranks below,
+    between and above the block of four, and 13 features (rotations with a remainder),
+    give the NumPy reference's iterates, duals and round metrics; the report's arrays
+    are fresh, not views of the cohort's state."""
+    rng = np.random.default_rng(rank)
+    blocks = [rng.standard_normal((N, 13)) * 0.85 ** np.arange(13) for N in (5, 13, 40, 90)]
+    V0 = random_stiefel(13, rank, np.random.default_rng(3))
+    runs = {}
+    for kernel in ("numpy", "numba"):
+        coh = FedPGCohort(
+            blocks, V0, _settings(kernel, epochs=9, **{**DEFAULT, "manifold": manifold})
+        )
+        V, reps = V0, []
+        for k in range(4):
+            rep = coh.local_round(V, None if k % 2 == 0 else np.array([3, 1]))
+            reps.append(rep)
+            V, _ = server_round("fedpg", rep, V)
+        runs[kernel] = (coh, V, reps)
+    (a, Va, ra), (b, Vb, rb) = runs["numpy"], runs["numba"]
+    np.testing.assert_allclose(Vb, Va, atol=1e-10)
+    np.testing.assert_allclose(b.W, a.W, atol=1e-10)
+    np.testing.assert_allclose(b.Y, a.Y, atol=1e-10)
+    for x, y in zip(ra, rb, strict=True):
+        np.testing.assert_allclose(y.W, x.W, atol=1e-10)
+        np.testing.assert_allclose(y.Pi, x.Pi, atol=1e-10)
+        for key in ("fit", "grad_scale"):
+            np.testing.assert_allclose(y.metrics[key], x.metrics[key], rtol=1e-10, atol=1e-9)
+        assert not np.may_share_memory(y.W, b.W) and not np.may_share_memory(y.Pi, b.Y)
+    assert np.allclose(np.swapaxes(b.W, 1, 2) @ b.W, np.eye(rank), atol=1e-12)
+
+
 def test_a_compiled_cohort_runs_the_reference_when_the_kernel_is_not_picked(monkeypatch):
     """A cohort set up for the compiled epochs (no ``C``, its eigendecomposition kept)
     still runs the NumPy reference when ``pick`` gives no kernel for a round (a

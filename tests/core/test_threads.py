@@ -43,9 +43,50 @@ def test_busy_threads_take_the_busier_of_the_load_average_and_runnable_now(
     # at once; this process's own thread is taken out of either figure
     monkeypatch.setattr(_threads.os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(_threads, "_runnable_now", lambda: runnable)
+    monkeypatch.setattr(_threads._own_load, "update", lambda now, cpu: 0.0)
+    monkeypatch.setattr(_threads, "_own_runnable_now", lambda: 1)
     assert _threads.busy_threads() == pytest.approx(busy)
     monkeypatch.setattr(_threads, "available_cores", lambda: 2)
     assert choose_threads(BIG) == max(1, min(2, round(2 - busy)))
+
+
+def test_the_process_own_threads_are_not_counted_as_other_work(monkeypatch):
+    # a fit whose two worker threads kept both cores busy for a minute: the load
+    # average reads 2, all of it this process's; the machine is idle for it
+    own = _threads._OwnLoad()
+    own.update(0.0, 0.0)
+    for t in range(1, 121):
+        own.update(float(t), 2.0 * t)
+    assert own.load == pytest.approx(2.0 * (1 - np.exp(-2.0)), rel=1e-9)
+    monkeypatch.setattr(_threads, "_own_load", own)
+    monkeypatch.setattr(own, "update", lambda now, cpu: 2.0 * (1 - np.exp(-2.0)))
+    monkeypatch.setattr(_threads.os, "getloadavg", lambda: (1.73, 1.0, 1.0))
+    monkeypatch.setattr(_threads, "_runnable_now", lambda: 1)
+    monkeypatch.setattr(_threads, "_own_runnable_now", lambda: 1)
+    assert _threads.busy_threads() == pytest.approx(0.0, abs=1e-2)
+    assert choose_threads(BIG, cores=2) == 2
+    # the same load average from another process: one core left
+    monkeypatch.setattr(own, "update", lambda now, cpu: 0.0)
+    assert choose_threads(BIG, cores=2) == 1
+    # and threads running now are other work only beyond this process's own
+    monkeypatch.setattr(_threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(_threads, "_runnable_now", lambda: 3)
+    monkeypatch.setattr(_threads, "_own_runnable_now", lambda: 2)
+    assert _threads.busy_threads() == pytest.approx(1.0)
+
+
+def test_own_load_is_the_load_average_decay_of_the_cpu_rate():
+    own = _threads._OwnLoad()
+    assert own.update(10.0, 5.0) == 0.0  # the first sample only starts the clock
+    # one CPU-second per second for 60 s in one step: 1 - 1/e of a thread
+    assert own.update(70.0, 65.0) == pytest.approx(1 - np.exp(-1.0))
+    # idle for 60 s more: decays by 1/e; a clock that did not move changes nothing
+    assert own.update(130.0, 65.0) == pytest.approx((1 - np.exp(-1.0)) * np.exp(-1.0))
+    assert own.update(130.0, 99.0) == pytest.approx((1 - np.exp(-1.0)) * np.exp(-1.0))
+
+
+def test_own_runnable_now_counts_at_least_the_calling_thread():
+    assert _threads._own_runnable_now() >= 1
 
 
 def test_runnable_now_reads_the_machine():
@@ -182,22 +223,3 @@ def test_row_spans_raise_what_a_span_raises():
 
     with pytest.raises(ValueError, match="span"):
         _threads.over_row_spans(fn, 100, 10, 2)
-
-
-@pytest.mark.parametrize("threads", [2, 3])
-def test_residual_energies_on_worker_threads_equal_one_thread(threads, monkeypatch):
-    from fedep.core import scoring
-
-    rng = np.random.default_rng(4)
-    X = rng.standard_normal((1003, 9))
-    B = np.linalg.qr(rng.standard_normal((9, 3)))[0]
-    monkeypatch.setattr(scoring, "ENERGY_BLOCK_ROWS", 50)  # blocks across span edges
-    monkeypatch.setattr(scoring, "worker_threads", lambda: 1)
-    one = residual_energy(X, B)
-    used = []
-    real = scoring.over_row_spans
-    monkeypatch.setattr(scoring, "worker_threads", lambda: threads)
-    monkeypatch.setattr(scoring, "over_row_spans", lambda *a: (used.append(a[3]), real(*a))[1])
-    np.testing.assert_array_equal(residual_energy(X, B), one)
-    assert used == [threads]
-    np.testing.assert_allclose(one, ((X - X @ B @ B.T) ** 2).sum(axis=1), rtol=1e-12)

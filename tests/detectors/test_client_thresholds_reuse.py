@@ -8,7 +8,7 @@ import pytest
 
 from fedep import FedEP, PooledPCA
 from fedep.core.scoring import residual_energy
-from fedep.detectors.blocks import client_thresholds
+from fedep.detectors.blocks import client_thresholds, training_scores
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,17 @@ def test_reused_scores_only_for_a_basis_equal_to_the_global_one():
     got = client_thresholds(blocks, np.stack([V, W]), [0.5, 0.5], fake, V)
     assert got[0] == 7.0  # client 0's basis is V: its global scores are reused
     assert got[1] == np.quantile(residual_energy(blocks[1], W.T), 0.5)  # rescored
+
+
+def test_training_scores_are_each_basis_scored_alone():
+    # one pass over a block for the global and the client's basis: the very numbers of
+    # scoring it under each alone; a client with the global basis gets one array
+    rng = np.random.default_rng(1)
+    blocks = [rng.standard_normal((70, 5)) for _ in range(2)]
+    V = np.linalg.qr(rng.standard_normal((5, 2)))[0].T
+    W = np.linalg.qr(rng.standard_normal((5, 2)))[0].T
+    glob, own = training_scores(blocks, V, np.stack([V, W]))
+    for b, g in zip(blocks, glob, strict=True):
+        assert np.array_equal(g, residual_energy(b, V.T))
+    assert np.shares_memory(own[0], glob[0])  # scored once
+    assert np.array_equal(own[1], residual_energy(blocks[1], W.T))

@@ -14,8 +14,8 @@ than one thread, often by orders of magnitude (measured on a loaded 2-core machi
    hand-off costs more than it saves.
 3. Otherwise the cores this process may use (:func:`available_cores`: its CPU affinity,
    capped by a cgroup CPU quota) less the busy ones (:func:`busy_threads`: the larger
-   of the 1-minute load average and the threads runnable right now, this process's
-   own thread taken out), rounded to the nearest core, at least one.
+   of the 1-minute load average and the threads runnable right now, each less this
+   process's own part), rounded to the nearest core, at least one.
 
 The load average alone lags: a machine that has just become busy looks idle to it for
 most of a minute, so the count of runnable threads now (Linux ``/proc/loadavg``) is
@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ __all__ = [
     "choose_threads",
     "over_row_spans",
     "single_threaded_blas",
+    "single_threaded_blas_block",
     "worker_threads",
 ]
 
@@ -163,14 +165,80 @@ def _runnable_now() -> int:
         return 0
 
 
+#: Time constant of Linux's 1-minute load average, seconds.
+_LOAD_TAU = 60.0
+
+
+class _OwnLoad:
+    """This process's share of the 1-minute load average, estimated from its own CPU
+    time: the kernel averages the runnable threads with a 60 s exponential decay, so
+    the same average of this process's CPU use (all its threads, ``os.times``) is
+    what its own threads added. CPU use is at most the threads it had runnable, so
+    the estimate errs low: the rule then sees the machine busier, never idler.
+
+    Without it a fit whose own worker threads kept both cores busy read a load of 2
+    and talked itself down to one thread on an idle machine.
+    """
+
+    def __init__(self) -> None:
+        self.when: float | None = None
+        self.cpu = 0.0
+        self.load = 0.0
+
+    def update(self, now: float, cpu: float) -> float:
+        """Fold the CPU seconds used since the last call into the average; returns it.
+
+        Parameters
+        ----------
+        now : float
+            Monotonic time, seconds.
+        cpu : float
+            This process's CPU seconds so far (user + system, all threads).
+        """
+        if self.when is not None and now > self.when:
+            dt = now - self.when
+            rate = max(0.0, cpu - self.cpu) / dt
+            decay = math.exp(-dt / _LOAD_TAU)
+            self.load = self.load * decay + rate * (1.0 - decay)
+        if self.when is None or now > self.when:
+            self.when, self.cpu = now, cpu
+        return self.load
+
+
+_own_load = _OwnLoad()
+# The average starts from the process's first CPU second, not from the first call: a
+# process busy for a while before it asks has added to the load average already.
+_own_load.update(time.monotonic() - sum(os.times()[:2]), 0.0)
+
+
+def _own_runnable_now() -> int:
+    """This process's threads running or runnable now (Linux ``/proc/self/task``),
+    at least the calling one."""
+    count = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as fh:
+                    state = fh.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            count += state == "R"
+    except OSError:
+        pass
+    return max(1, count)
+
+
 def busy_threads() -> float:
     """Threads of other work wanting a core: the larger of the 1-minute load average
-    and the count of runnable threads now, less this process's own running thread."""
+    and the count of runnable threads now, each less this process's own part (its
+    average CPU use over the last minute, :class:`_OwnLoad`; its runnable threads)."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # pragma: no cover - Windows
         load = 0.0
-    return max(0.0, max(load, float(_runnable_now())) - 1.0)
+    own = max(1.0, _own_load.update(time.monotonic(), sum(os.times()[:2])))
+    others_now = float(_runnable_now() - _own_runnable_now())
+    return max(0.0, load - own, others_now)
 
 
 def choose_threads(flops: float, *, cores: int | None = None, busy: float | None = None) -> int:
@@ -205,6 +273,14 @@ def blas_threads(flops: float) -> Iterator[int]:
     n = choose_threads(flops)
     with _controller().limit(limits=n, user_api="blas"):
         yield n
+
+
+@contextmanager
+def single_threaded_blas_block() -> Iterator[None]:
+    """Run the block with one BLAS thread (whatever ``FEDEP_THREADS`` says): for code
+    that runs its own threads, each calling BLAS on a small block."""
+    with _controller().limit(limits=1, user_api="blas"):
+        yield
 
 
 def single_threaded_blas(fn):

@@ -55,7 +55,7 @@ import numpy as np
 
 from fedep.core import _kernels
 from fedep.core._threads import single_threaded_blas as _single_threaded_blas
-from fedep.core.large_clients import data_step_rows, recompute_duals
+from fedep.core.large_clients import data_step_rows, recompute_duals, step_threads
 from fedep.core.layout import ClientGroup, make_groups
 from fedep.core.manpg import manpg_w_step
 from fedep.core.stiefel import l21_norm, prox_l1
@@ -570,7 +570,10 @@ class FedEPCohort:
             X, U, W = g.X[j, :n_j], g.U[j, :n_j], self.W[c]
             B, scale = g.dual_basis[j], float(g.dual_scale[j])
             if u_step is not None:
-                acc = data_step_rows(X, U, B, scale, W, s.alpha, s.mu, self.G[c], s_step, u_step)
+                threads = step_threads(n_j, self.n, W.shape[1])
+                acc = data_step_rows(
+                    X, U, B, scale, W, s.alpha, s.mu, self.G[c], s_step, u_step, threads=threads
+                )
             else:  # the NumPy reference: A recomputed, then the stored-A steps
                 acc = np.zeros(4)
                 step = max(1, s.chunk_rows)

@@ -214,7 +214,6 @@ class FedPGCohort:
         sel = slice(None) if clients is None else idx
         W = self.W[sel]
         rho = self.rho[sel]
-        Y = self.Y[sel] + rho[:, None, None] * (W - Z)
         stiefel = s.manifold == "stiefel"
         # The objective of the consensus received (the global model, an orthonormal
         # basis of span(Z)), not of the local bases: the stopping test watches the
@@ -225,15 +224,20 @@ class FedPGCohort:
         Q = np.linalg.qr(np.asarray(Z, dtype=float))[0]
         compiled = _kernels.pick(s.kernel, "fedpg_clients")
         if compiled is not None and self.E is not None:
-            W = np.array(W, dtype=float, order="C")
+            # The dual update and the epochs in one pass over the clients, into
+            # fresh arrays (no NumPy temporaries of the whole cohort's size).
+            W_in, Y_in = np.ascontiguousarray(W), np.ascontiguousarray(self.Y[sel])
+            W, Y = np.empty_like(W_in), np.empty_like(Y_in)
             terms = np.empty((2, idx.size))
             compiled(
-                self.E[sel], self.lam[sel], W, Y, np.ascontiguousarray(Z, dtype=float),
+                self.E[sel], self.lam[sel], W_in, Y_in, np.ascontiguousarray(Z, dtype=float),
                 np.ascontiguousarray(Q), 1.0 / self.sizes[sel], self.lr[sel],
-                np.ascontiguousarray(rho), int(s.local_epochs), stiefel, self.trX[sel], terms,
+                np.ascontiguousarray(rho), int(s.local_epochs), stiefel, self.trX[sel],
+                W, Y, terms,
             )  # fmt: skip
             fit, grad_scale = terms
         else:
+            Y = self.Y[sel] + rho[:, None, None] * (W - Z)
             C = self.C[sel] if self.C is not None else self._gram(sel)
             inv_n = (1.0 / self.sizes[sel])[:, None, None]
             lr = self.lr[sel, None, None]
@@ -261,6 +265,6 @@ class FedPGCohort:
             "grad_scale": grad_scale,
         }
         # W and Y are fresh arrays (the state holds its own copies above): no copy,
-        # unless no epoch ran and W is still a view of the state.
+        # unless no epoch ran on the NumPy path and W is still a view of the state.
         W = W.copy() if np.may_share_memory(W, self.W) else W
         return RoundReport(W=W, Pi=Y, nu=self.weights[sel].copy(), metrics=metrics)

@@ -34,7 +34,7 @@ from fedep.core.trimming import (
     log_scores,
 )
 from fedep.data.readers.frames import release_arrow_memory
-from fedep.detectors.blocks import apply_in_blocks, block_rows, client_thresholds
+from fedep.detectors.blocks import apply_in_blocks, block_rows, client_thresholds, training_scores
 from fedep.detectors.blocks import check_groups as _check_groups
 from fedep.detectors.driver import WarmStart, check_rank, fit_gateways
 from fedep.detectors.lineage import data_window
@@ -539,9 +539,14 @@ class BaseFederatedDetector(BaseEstimator):
         threshold the quantile of its own scores at the level ``threshold_`` has among
         its global scores. ``contamination_reason_`` says how the share was obtained.
         """
-        glob = None  # each block's global scores (reused below: one pass over the records)
+        # each block's global scores and (plain scoring) under its client's own basis
+        glob = mine = None  # reused below: one pass over the records
+        plain = type(self)._global_scores is BaseFederatedDetector._global_scores
         if Z is None:
-            glob = [self._global_scores(b, residual_energy) for b in blocks]
+            if plain:
+                glob, mine = training_scores(blocks, self.components_, self.client_components_)
+            else:
+                glob = [self._global_scores(b, residual_energy) for b in blocks]
             scores = np.concatenate(glob)
             self.decision_scores_ = np.empty_like(scores)
             self.decision_scores_[order] = scores
@@ -566,9 +571,8 @@ class BaseFederatedDetector(BaseEstimator):
         for i, b in enumerate(blocks if trust is not None else ()):
             own = glob[i] if glob else self._global_scores(b, residual_energy)
             levels[i] = float(np.mean(own <= self.threshold_))
-        plain = type(self)._global_scores is BaseFederatedDetector._global_scores
         self.client_thresholds_ = client_thresholds(
-            blocks, self.client_components_, levels, glob if plain else None, self.components_
+            blocks, self.client_components_, levels, glob if plain else None, self.components_, mine
         )
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fedep.core.scoring import residual_energy
+from fedep.core.scoring import residual_energies, residual_energy
 
 #: Most bytes of one block of model coordinates while scoring (see
 #: :meth:`fedep.detectors.base.BaseFederatedDetector.scoring_block_rows`).
@@ -100,6 +100,7 @@ def client_thresholds(
     levels: list[float],
     global_scores: list[np.ndarray] | None = None,
     components: np.ndarray | None = None,
+    own_scores: list[np.ndarray] | None = None,
 ) -> np.ndarray:
     """Each client's threshold: the ``levels[i]`` quantile of the residual energies of
     its block under its own basis.
@@ -114,6 +115,9 @@ def client_thresholds(
         Each block's residual energies under ``components`` (n_components,
         n_features), already computed: reused for a client whose basis equals the
         global one (pooled PCA, a single client), where they are the same numbers.
+    own_scores : list of ndarray of shape (N_i,), optional
+        Each block's residual energies under its client's basis, already computed
+        (:func:`training_scores`).
 
     Returns
     -------
@@ -121,9 +125,37 @@ def client_thresholds(
     """
     out = np.empty(len(blocks))
     for i, b in enumerate(blocks):
-        if global_scores is not None and np.array_equal(client_components[i], components):
+        if own_scores is not None:
+            scores = own_scores[i]
+        elif global_scores is not None and np.array_equal(client_components[i], components):
             scores = global_scores[i]
         else:
             scores = residual_energy(b, client_components[i].T)
         out[i] = np.quantile(scores, levels[i])
     return out
+
+
+def training_scores(
+    blocks: list[np.ndarray], components: np.ndarray, client_components: np.ndarray
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each block's residual energies under the global basis and under its client's
+    own, in one pass over its records (:func:`fedep.core.scoring.residual_energies`);
+    a client whose basis is the global one gets the same array twice.
+
+    Parameters
+    ----------
+    blocks : list of ndarray of shape (N_i, n_features)
+    components : ndarray of shape (n_components, n_features)
+    client_components : ndarray of shape (n_clients, n_components, n_features)
+
+    Returns
+    -------
+    global_scores, own_scores : list of ndarray of shape (N_i,)
+    """
+    glob, own = [], []
+    for b, W in zip(blocks, client_components, strict=True):
+        same = np.array_equal(W, components)
+        scores = residual_energies(b, (components.T,) if same else (components.T, W.T))
+        glob.append(scores[0])
+        own.append(scores[-1])
+    return glob, own

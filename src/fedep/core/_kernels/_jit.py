@@ -24,3 +24,17 @@ def jit(fn):
     if numba is None:  # pragma: no cover
         return None
     return numba.njit(cache=True, nogil=True, fastmath=FASTMATH, error_model="numpy")(fn)
+
+
+def jit_inline(fn):
+    """``fn`` compiled into each kernel that calls it (numba's ``inline="always"``).
+
+    For a helper a kernel calls once per client: no call, and the helper's loops are
+    optimised with the caller's. Each call still updates the reference counts of the
+    arrays passed (atomic operations), so inner loops are written out in the kernel
+    instead (:mod:`fedep.core._kernels.fedpg`). Not cached on its own (the calling
+    kernel's cache holds it); None without numba, as :func:`jit`.
+    """
+    if numba is None:  # pragma: no cover
+        return None
+    return numba.njit(inline="always", nogil=True, fastmath=FASTMATH, error_model="numpy")(fn)
