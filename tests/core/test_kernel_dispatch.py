@@ -29,6 +29,8 @@ from fedep._procs import signal_group, stop_group
 from fedep.core import _kernels
 from fedep.core._kernels import _dispatch
 from fedep.core.warmup import warm_up
+from fedep.data import _tails
+from fedep.features import _column_pass
 
 pytestmark = pytest.mark.skipif(
     not _kernels.HAVE_NUMBA or os.name != "posix", reason="needs numba and POSIX"
@@ -332,3 +334,14 @@ def test_first_fit_runs_numpy_and_the_background_compile_serves_the_next(tmp_pat
         locks = list(cache.glob("*/fedep-compile.lock")) if cache.is_dir() else []
         text = locks[0].read_text().strip() if locks else ""
         _kill_group(int(text) if text.isdigit() else pgid, expect="warmup")
+
+
+def test_every_kernel_module_shares_one_compile_lock():
+    # the solvers' kernels, the summaries' column pass and the scoring line writer are
+    # cached in three folders; a fit then a score on a cold cache must find one lock
+    kernels = [_kernels.manpg_clients, _column_pass._pass_kernel, _tails._write_kernel]
+    folders = {Path(k._cache.cache_path) for k in kernels}
+    locks = {_dispatch.compile_lock_path(k) for k in kernels}
+    assert len(folders) == 3
+    assert len(locks) == 1 and None not in locks
+    assert locks.pop().name == _dispatch.LOCK_NAME

@@ -15,9 +15,10 @@ calling process when the cache is cold (fedep's behaviour before this choice exi
 ``"auto"`` passed in code wins over the environment.
 
 The background compile runs only on POSIX systems, when numba's cache directory is
-writable and no other background compile holds its lock file (``fedep-compile.lock``
-in that directory: a ``flock`` taken by the launching process and inherited by the
-compiling one, so it is released when that process ends, however it ends). It is
+writable and no other background compile holds the lock file (``fedep-compile.lock``,
+one for the package, :func:`compile_lock_path`: a ``flock`` taken by the launching
+process and inherited by the compiling one, so it is released when that process ends,
+however it ends). It is
 started through ``/bin/sh`` in a new session, and the shell exits at once: the compiling
 process is re-parented to init, so no fedep process is left with a zombie to reap. The
 lock file records the new process group's id (for tests and for a user who wants to
@@ -152,18 +153,34 @@ def use_compiled(dispatcher, mode: str, rows: int | None = None) -> bool:
     return False
 
 
+#: The fedep package's ``__init__.py``: numba's cache folder for this file is where
+#: the background compile's one lock lives, whichever kernel's module asked.
+_PACKAGE_FILE = Path(__file__).resolve().parents[2] / "__init__.py"
+
+
 def compile_lock_path(dispatcher) -> Path | None:
-    """The background compile's lock file, in ``dispatcher``'s numba cache directory,
-    or None when that directory cannot be written (or there is no on-disk cache)."""
+    """The background compile's lock file, or None when ``dispatcher``'s numba cache
+    directory cannot be written (or there is no on-disk cache).
+
+    One lock for every kernel of the package: it lives in the folder numba's cache
+    would use for the package's own ``__init__.py``, by the same rule (the locator
+    class numba chose for ``dispatcher``: ``NUMBA_CACHE_DIR``, ``__pycache__`` beside
+    the package or the per-user cache). Per kernel module, as before, the solvers'
+    kernels, the summaries' column pass and the scoring line writer each had a lock of
+    their own, and a fit followed by a score on a cold cache started two compiles of
+    everything side by side.
+    """
     try:
         cache = dispatcher._cache
-        folder = Path(cache.cache_path)
         cache._impl.locator.ensure_cache_path()  # numba's own check: mkdir + a temp file
+        if not os.access(cache.cache_path, os.W_OK):
+            return None
+        shared = type(cache._impl.locator).from_function(dispatcher.py_func, str(_PACKAGE_FILE))
     except (AttributeError, OSError):
         return None
-    if not os.access(folder, os.W_OK):
+    if shared is None:  # not writable there
         return None
-    return folder / LOCK_NAME
+    return Path(shared.get_cache_path()) / LOCK_NAME
 
 
 def _site_folders() -> set[str]:
