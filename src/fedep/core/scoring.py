@@ -7,11 +7,15 @@ orthonormal columns; records are rows of ``X`` (n_samples, n_features).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fedep.core._threads import blas_threads, choose_threads, single_threaded_blas_block
+from fedep.core._threads import (
+    blas_threads,
+    choose_threads,
+    over_row_spans,
+    single_threaded_blas_block,
+)
 
 __all__ = ["residuals", "residual_energy", "residual_energies", "feature_contributions"]
 
@@ -26,8 +30,7 @@ def residuals(X: np.ndarray, B: np.ndarray) -> np.ndarray:
 #: residuals (about 0.3 MB at 34 features) stay in a core's cache between the steps.
 ENERGY_BLOCK_ROWS = 1 << 10
 
-#: Records per task of a thread (64 blocks); fixed, so each record's energy is the
-#: same whatever the thread count.
+#: Inputs of more records than this (64 blocks) are scored on several threads.
 ENERGY_TASK_ROWS = 1 << 16
 
 
@@ -45,10 +48,11 @@ def residual_energies(X: np.ndarray, bases: Sequence[np.ndarray]) -> np.ndarray:
 
     A block of :data:`ENERGY_BLOCK_ROWS` records is read once for all the bases (a
     fit scores its training records under the consensus and each client's own
-    basis). Large inputs run on the threads of :func:`~fedep.core._threads.choose_threads`
-    (tasks of :data:`ENERGY_TASK_ROWS` records, one-threaded BLAS in each); every
-    record's energy is computed by the same operations whatever the thread count and
-    whichever other bases are given.
+    basis). Inputs of more than :data:`ENERGY_TASK_ROWS` records run on the threads of
+    :func:`~fedep.core._threads.choose_threads`, a span of whole blocks each
+    (:func:`~fedep.core._threads.over_row_spans`, one-threaded BLAS in each): the
+    blocks are the same whatever the thread count, so every record's energy is
+    computed by the same operations, whichever other bases are given too.
 
     Parameters
     ----------
@@ -66,18 +70,16 @@ def residual_energies(X: np.ndarray, bases: Sequence[np.ndarray]) -> np.ndarray:
         return out
     pairs = [(np.ascontiguousarray(B), np.ascontiguousarray(B.T)) for B in bases]
     dtype = np.result_type(X.dtype, *(B.dtype for B in bases))
-    starts = range(0, N, ENERGY_TASK_ROWS)
+    h = min(ENERGY_BLOCK_ROWS, N)
     flops = 4.0 * N * n * sum(B.shape[1] for B in bases)
-    threads = choose_threads(flops) if len(starts) > 1 else 1
+    threads = choose_threads(flops) if N > ENERGY_TASK_ROWS else 1
 
-    def task(start: int) -> None:
-        Xt = X[start : start + ENERGY_TASK_ROWS]
-        h = min(ENERGY_BLOCK_ROWS, Xt.shape[0])
+    def span(lo: int, hi: int) -> None:
         R = np.empty((h, n), dtype=dtype)
         T = [np.empty((h, B.shape[1]), dtype=dtype) for B, _ in pairs]
-        for b0 in range(0, Xt.shape[0], h):
-            Xb = Xt[b0 : b0 + h]
-            k, rows = Xb.shape[0], slice(start + b0, start + b0 + Xb.shape[0])
+        for b0 in range(lo, hi, h):
+            Xb = X[b0 : min(hi, b0 + h)]
+            k, rows = Xb.shape[0], slice(b0, b0 + Xb.shape[0])
             for i, (B, BT) in enumerate(pairs):
                 Rk = R[:k]
                 np.matmul(np.matmul(Xb, B, out=T[i][:k]), BT, out=Rk)
@@ -85,12 +87,7 @@ def residual_energies(X: np.ndarray, bases: Sequence[np.ndarray]) -> np.ndarray:
                 np.einsum("ij,ij->i", Rk, Rk, out=out[i, rows])
 
     with single_threaded_blas_block():
-        if threads > 1:
-            with ThreadPoolExecutor(min(threads, len(starts))) as pool:
-                list(pool.map(task, starts))
-        else:
-            for start in starts:
-                task(start)
+        over_row_spans(span, N, h, threads)
     return out
 
 

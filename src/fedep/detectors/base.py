@@ -572,7 +572,7 @@ class BaseFederatedDetector(BaseEstimator):
             own = glob[i] if glob else self._global_scores(b, residual_energy)
             levels[i] = float(np.mean(own <= self.threshold_))
         self.client_thresholds_ = client_thresholds(
-            blocks, self.client_components_, levels, glob if plain else None, self.components_, mine
+            blocks, self.client_components_, levels, own_scores=mine
         )
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(int)
 
