@@ -57,7 +57,12 @@ from fedep.features._values import (
 from fedep.features.decide import ColumnDecision, decide_columns
 from fedep.features.scaling import SCALE_RULES, federated_scale
 from fedep.features.sketches import DEFAULT_SKETCH_SIZE
-from fedep.features.summaries import ColumnSummaries, merge_summaries, summarize_columns
+from fedep.features.summaries import (
+    _THREADED_CELLS,
+    ColumnSummaries,
+    merge_summaries,
+    summarize_columns,
+)
 
 __all__ = ["NUMERIC_TRANSFORMS", "PIPELINE_VERSION", "FeaturePipeline", "normal_scores"]
 
@@ -274,11 +279,9 @@ _ENCODE_BLOCK_ROWS = 1 << 10
 _ENCODE_PENDING_BYTES = 1 << 26
 
 
-#: Outputs of at least this many cells are written and scaled on worker threads.
-_THREADED_CELLS = 1 << 20
-
-
 def _row_threads(out: np.ndarray) -> int:
+    # the summaries' threshold: outputs of at least this many cells are written and
+    # scaled on worker threads
     return worker_threads() if out.size >= _THREADED_CELLS else 1
 
 

@@ -87,7 +87,8 @@ __all__ = [
     "summarize_columns",
 ]
 
-#: Tables of at least this many cells summarise their columns on several threads.
+#: Tables of at least this many cells summarise their columns on several threads (and
+#: the feature pipeline encodes and scales them on several).
 _THREADED_CELLS = 1 << 20
 
 # 2: numbers hashed by value in the distinct-count sketch (KMV); version-1 gateways
