@@ -11,6 +11,7 @@ import pytest
 
 import fedep
 from fedep.cli import main
+from fedep.federation.rounds import stop_tests
 
 from ._helpers import FEATURES, N_FEATURES, one_error_line
 
@@ -76,10 +77,14 @@ def test_fit_round_cap_prints_final_residuals(files, tmp_path, capsys):
     assert "round cap reached" in text
     det = fedep.load(out)
     last = det.history_[-1]
-    # The stopping test's measures (the Lagrangian's change is not known by round 3).
+    # The tests not met, each with its value and bound (the Lagrangian's change is not
+    # known by round 3, so not shown; met tests are not shown either).
+    tests = stop_tests(last, 1e-12, "fedep")
     assert last["lagrangian_change"] is None and "lagrangian_change" not in text
-    for key in ("consensus_residual_rel", "data_residual_rel"):
-        assert f"{key}={last[key]:.3g}" in text
+    unmet = [(k, v, b) for k, (v, b) in tests.items() if v is not None and v > b]
+    assert unmet
+    for key, v, b in unmet:
+        assert f"{key}={v:.3g} (bound {b:.3g})" in text
     assert "tol=1e-12" in text
 
 
@@ -87,7 +92,7 @@ def test_fit_converged_prints_no_residuals(files, tmp_path, capsys):
     out = tmp_path / "m.fedep"
     assert _fit(files, out, "--n-components", "2", "--tol", "0.5") == 0
     text = capsys.readouterr().out
-    assert "stop reason: lagrangian_stationary" in text and "residual" not in text
+    assert "stop reason: stationary" in text and "residual" not in text
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def test_fit_warm_start_then_models_show_and_diff(periods, tmp_path, capsys):
     code, out, err = _run(capsys, "fit", "--train", *sorted(d2.glob("*.csv")), "--warm-start", a,
                           "--verify-key", KEY, "--out", b, "--sign-key", KEY)  # fmt: skip
     assert code == 0, err
-    assert "warm start from model" in out and "lagrangian_stationary" in out
+    assert "warm start from model" in out and "stationary" in out
     code, out, _ = _run(capsys, "models", "show", b, "--verify-key", KEY, "--json")
     lin = json.loads(out)
     assert lin["gateways"] == ["gw0", "gw1", "gw2"] and lin["rank"] == 2

@@ -131,7 +131,7 @@ def test_synthetic_federation_recovery_and_residuals(federation):
     tol = 1e-6
     coh = FedEPCohort(blocks, V0, 1e-3, 1.0, _settings(alpha=1.0, mu=3.0))
     res = run_rounds(coh, "fedep", V0, n_rounds=400, tol=tol)
-    assert res.stop_reason == "lagrangian_stationary"
+    assert res.stop_reason == "stationary"
     last = res.history[-1]
     # Stationary (the Lagrangian's relative change per round within tol) and feasible
     # (primal residuals within sqrt(tol)).

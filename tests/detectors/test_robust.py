@@ -196,4 +196,7 @@ def test_each_concentration_step_fits_its_kept_records_from_their_one_shot_merge
     ref = PooledPCA(4, **trim).fit(X, groups=groups)
     est = cls(4, random_state=0, **trim, **kw).fit(X, groups=groups)
     assert ref.scale_[:12].max() < 0.05  # the steep units of the mechanism
-    assert projector_distance(est.components_.T, ref.components_.T) < 0.04
+    # FedEP with S fits the records less its sparse part, not pooled PCA: its optimum
+    # here is 0.04-0.06 from pooled PCA (by start); the failure mode was 0.23
+    bound = 0.08 if cls is FedEP and not kw else 0.04
+    assert projector_distance(est.components_.T, ref.components_.T) < bound

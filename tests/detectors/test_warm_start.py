@@ -59,17 +59,14 @@ def test_warm_start_on_the_same_data_stops_at_once_with_the_same_basis(cls, fed)
         cold = cls(n_components=2, random_state=0).fit(fed.X_train, groups=fed.groups_train)
     assert cold.stop_reason_.endswith("stationary")
     warm = _warm(cold, fed.X_train, fed.groups_train)
-    # the window holds the carried fit's last rounds: the refit's first change (at its
-    # second round) completes it
-    assert warm.n_iter_ == 2 < cold.n_iter_
+    # the same stopping test as a cold fit, on its own rounds: no stop on the carried
+    # fit's window (it was on other records in general); stationary from the start,
+    # the refit stops soon after its own window is full
+    assert STOP_WINDOW + 1 <= warm.n_iter_ <= 2 * STOP_WINDOW
     assert warm.stop_reason_ == cold.stop_reason_
     measure = "lagrangian_change" if cls is FedEP else "objective_change"
-    assert warm.history_[0][measure] is None and warm.history_[1][measure] <= cold.tol
-    # without the model's rounds (a model file without history) the window is the
-    # refit's own, as a cold fit's
-    bare = copy.deepcopy(cold)
-    bare.history_ = None
-    assert _warm(bare, fed.X_train, fed.groups_train).n_iter_ == STOP_WINDOW + 1
+    assert all(h[measure] is None for h in warm.history_[:STOP_WINDOW])
+    assert warm.history_[-1][measure] <= cold.tol
     angles = subspace_angles(cold.components_.T, warm.components_.T)
     assert angles.max() < 0.02
     np.testing.assert_array_equal(warm.mean_, cold.mean_)  # the model's scaling kept
@@ -99,7 +96,7 @@ def test_a_new_gateway_starts_from_the_consensus_the_others_from_their_own_state
     assert det.clients_.tolist() == [0, 1, 2, 3]
     warm = _warm(det, fed.X_train[~first], g[~first])
     assert warm.clients_.tolist() == [0, 1, 2, 3, 4]
-    assert warm.stop_reason_ == "lagrangian_stationary"
+    assert warm.stop_reason_ == "stationary"
     assert warm.client_duals_.shape == warm.client_components_.shape == (5, 2, 10)
     # the new gateway's basis ends beside the others' (it started at the consensus)
     angle = subspace_angles(warm.client_components_[4].T, warm.components_.T).max()
@@ -108,17 +105,19 @@ def test_a_new_gateway_starts_from_the_consensus_the_others_from_their_own_state
 
 def test_the_drift_test_merges_only_when_the_data_moved(fitted, fed):
     X, g = fed.X_train, fed.groups_train
-    # the same records: the carried state is stationary on them at round 2, no merge
+    # the same records: a short refit (consensus steps, if any, start at its optimum)
     same = _warm(fitted, X, g)
-    assert same.n_iter_ == 2 and not any(h.get("remerged") for h in same.history_)
-    # rotated records: not stationary at round 2, so the ADMM restarts at the merge of
-    # the new cleaned records (round 1 asks for no sketch), and the window refills
+    assert same.n_iter_ <= 2 * STOP_WINDOW
+    # rotated records: not stationary at round 2, so consensus steps on the new cleaned
+    # records follow from round 3 (rounds 1-2 are the drift test's ADMM rounds)
     R = special_ortho_group.rvs(10, random_state=1)
     moved = _warm(fitted, X @ R.T, g)
-    assert "remerge_change" not in moved.history_[0]
-    assert moved.history_[1]["remerged"] is True
-    assert moved.history_[1]["lagrangian_change"] > fitted.tol
-    assert moved.n_iter_ > STOP_WINDOW and moved.stop_reason_ == "lagrangian_stationary"
+    assert not any("remerge_change" in h for h in moved.history_[:2])
+    assert moved.history_[2]["remerged"] is True
+    assert moved.n_iter_ > STOP_WINDOW and moved.stop_reason_ == "stationary"
+    # it reaches the objective of a cold fit of the rotated records (same units)
+    cold = FedEP(**{**fitted.get_params(), "warm_start": False}).fit(X @ R.T, groups=g)
+    assert moved.history_[-1]["objective"] <= 1.01 * cold.history_[-1]["objective"]
 
 
 def test_warm_start_refusals(fitted, fed):

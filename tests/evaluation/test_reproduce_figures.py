@@ -229,6 +229,40 @@ def test_rounds_flat_ranges_printed_units_and_shared_legend():
         plt.close(fig)
 
 
+def test_fedpg_round_axes_name_what_they_plot():
+    """FedPG's per-round record holds the error of the consensus the round STARTED from
+    (``objective``) and of the clients' own bases after it (``local_fit``): its axes
+    draw the first at the round that produced the consensus (0: the start) and the
+    second at its own round, both named as reconstruction errors, not as an objective
+    that the rounds minimise (with the paper's rho the first rises, issue 35)."""
+    rows = [
+        {
+            "round": r,
+            "acc": 0.9,
+            "roc_auc": 0.95,
+            "objective": 52000.0 + 500.0 * r,
+            "local_fit": 30000.0 - 100.0 * r,
+            "cumulative_time_s": 0.3 * r,
+        }
+        for r in range(1, 6)
+    ]
+    fig = rounds_figure("toy", {"FedEP": _rows(0.91, 5000, 5), "FedPG": rows}, "20 c")
+    try:
+        ax = fig.axes[3]
+        assert "objective" not in ax.get_ylabel() and "objective" not in ax.get_title()
+        assert "reconstruction error" in ax.get_ylabel()
+        cons, own = ax.get_lines()
+        assert list(cons.get_xdata()) == [0, 1, 2, 3, 4]
+        assert list(cons.get_ydata()) == [r["objective"] for r in rows]
+        assert list(own.get_xdata()) == [1, 2, 3, 4, 5]
+        assert list(own.get_ydata()) == [r["local_fit"] for r in rows]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["consensus (global model)", "clients' own bases"]
+        assert "objective" in fig.axes[2].get_ylabel()  # FedEP's axes unchanged
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("big, scale", [(1e9, "log"), (50.0, "linear")])
 def test_contributions_log_axis_when_values_span_decades(big, scale):
     entry = {

@@ -42,7 +42,7 @@ def _pooled(cfgs):
 
 
 def _rel(a, b):
-    return abs(a - b) / max(abs(a), 1e-12)
+    return abs(a - b) / max(abs(a), 1e-6)  # residuals of held rounds are round-off (~1e-16)
 
 
 @pytest.mark.parametrize("fraction", [1.0, 2 / 3])
@@ -102,7 +102,7 @@ def test_stops_on_convergence_like_inprocess():
     _, X, groups = _pooled(cfgs)
     res, _ = run_local(cfgs, {"n-components": R, "n-rounds": 300, "tol": 1e-4, "random-state": 0})
     det = FedEP(n_components=R, n_rounds=300, tol=1e-4, random_state=0).fit(X, groups=groups)
-    assert res.stop_reason == det.stop_reason_ == "lagrangian_stationary"
+    assert res.stop_reason == det.stop_reason_ == "stationary"
     assert res.n_rounds == det.n_iter_ < 300
 
 
@@ -126,7 +126,8 @@ def test_gateways_send_no_records():
             for name, arr in rec.items():
                 a = arr.numpy()
                 assert X.shape[0] not in a.shape, (name, a.shape)
-                assert a.size <= 2 * n * R + n, (name, a.shape)
+                # bases and duals (n x r each), or a consensus step's Gram factor (n x n)
+                assert a.size <= max(2 * n * R + n, n * n), (name, a.shape)
                 if a.shape[-1:] == (n,) or a.ndim == 1:
                     flat = a.reshape(-1, a.shape[-1])
                     if flat.shape[-1] == n:

@@ -128,8 +128,12 @@ def test_secure_fedep_parity_with_plain_run():
     np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-6)
     assert projector_distance(secure.components.T, plain.components.T) <= 1e-6
     for a, b in zip(plain.history, secure.history, strict=True):
-        for key in ("objective", "augmented_lagrangian", "consensus_residual", "data_residual"):
+        for key in ("objective", "augmented_lagrangian"):
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key
+        # the residuals are square roots of differences of quantised sums: compare
+        # their squares (a held round's consensus residual is round-off, ~0)
+        for key in ("consensus_residual", "data_residual"):
+            assert b[key] ** 2 == pytest.approx(a[key] ** 2, rel=1e-5, abs=1e-6), key
         assert b["participants"] == a["participants"]
     assert secure.finalized == plain.finalized == ["0", "1", "2", "3"]
     # no reply carried a basis, a dual, moments, a Gram matrix, a sketch or a threshold

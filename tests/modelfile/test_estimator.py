@@ -194,7 +194,7 @@ def test_files_without_the_fitted_rank_load_with_the_given_one(data, tmp_path):
     assert back.n_components_ == 3 and back.rank_reason_ == "r=3: n_components=3 given"
 
 
-@pytest.mark.parametrize(("cls", "reason"), [(FedEP, "lagrangian_stationary"),
+@pytest.mark.parametrize(("cls", "reason"), [(FedEP, "stationary"),
                                              (FedPG, "objective_stationary")])  # fmt: skip
 def test_files_from_before_the_named_stop_reasons_load_with_todays_name(
     cls, reason, data, tmp_path

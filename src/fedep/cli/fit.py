@@ -63,7 +63,7 @@ from fedep.core.trimming import describe_trimming
 from fedep.data.errors import bad_value_error
 from fedep.detectors import METHODS, detector_param_table, make_estimator
 from fedep.features import FeatureError, format_decisions
-from fedep.federation.rounds import STOP_MEASURES, TOL_REASONS
+from fedep.federation.rounds import TOL_REASONS
 from fedep.modelfile.signing import parse_key
 from fedep.params import (
     make_pipeline,
@@ -316,10 +316,12 @@ def _how(det) -> str:
     if stop in TOL_REASONS.values():
         return text
     text += " (round cap reached before --tol)" if stop == "max_rounds" else ""
-    last = (getattr(det, "history_", None) or [{}])[-1]
-    measures = STOP_MEASURES.get(getattr(det, "server_step", ""), ())
-    shown = [k for k in measures if isinstance(last.get(k), (int, float))]
-    if shown:
-        res = ", ".join(f"{k}={last[k]:.3g}" for k in shown)
-        text += f"; final {res} vs tol={det.tol:g}"
+    unmet = {
+        k: (v, b)
+        for k, (v, b) in (getattr(det, "stop_tests_", None) or {}).items()
+        if isinstance(v, (int, float)) and v > b
+    }
+    if unmet:
+        res = ", ".join(f"{k}={v:.3g} (bound {b:.3g})" for k, (v, b) in unmet.items())
+        text += f"; not met at tol={det.tol:g}: {res}"
     return text

@@ -11,6 +11,8 @@ from fedep.core._linalg import thin_svd
 from fedep.core._threads import blas_threads
 
 __all__ = [
+    "START_CLIP",
+    "start_sketch",
     "top_subspace",
     "pooled_pca",
     "pooled_pca_blocks",
@@ -120,6 +122,41 @@ def client_sketch(X: np.ndarray, k: int) -> np.ndarray:
         _, s, vt = thin_svd(X)
     k = min(k, s.size)
     return vt[:k].T * s[:k]
+
+
+#: Standardised values beyond this magnitude are clipped in the sketch an iterative
+#: fit starts from (:func:`start_sketch`).
+START_CLIP = 3.0
+
+
+def start_sketch(X: np.ndarray, k: int, spec: dict) -> np.ndarray:
+    """The one-shot sketch an iterative fit starts from: for a fit that models sparse
+    corruption ``S`` (FedEP's cohort ``spec`` with ``use_sparse``), that of the records
+    with every standardised value clipped to ``[-START_CLIP, START_CLIP]``; else (FedPG,
+    FedEP without ``S``, whose optimum is the raw records' subspace) the raw sketch.
+
+    A rare huge value (a near-constant column with a few spikes of z-score 100) holds
+    a direction of the raw records' top subspace; the fit's ``S`` absorbs such spikes
+    only outside the current basis, so a start that spent a direction on them stays in
+    that basin: measured on 5,000 normal rows of each official dataset (sorted split,
+    20 gateways), the fit from the raw sketch ended 4-30 % above the fit from this one
+    (docs/convergence.md). Clipping changes no record, only where the rounds start.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N_i, n)
+        Standardised records.
+    k : int
+    spec : dict
+        The cohort specification (:func:`fedep.core.cohort.cohort_spec`).
+
+    Returns
+    -------
+    ndarray of shape (n, min(k, n, N_i))
+    """
+    if not spec.get("settings", {}).get("use_sparse", False):
+        return client_sketch(X, k)
+    return client_sketch(np.clip(X, -START_CLIP, START_CLIP), k)
 
 
 def oneshot_merge(sketches: list[np.ndarray], r: int) -> np.ndarray:

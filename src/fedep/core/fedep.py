@@ -65,11 +65,15 @@ __all__ = [
     "PENALTY_SCALINGS",
     "FedEPSettings",
     "FedEPCohort",
+    "MAX_HOLD",
     "aggregate_consensus",
     "consensus_terms",
     "gram_sketch",
 ]
 
+
+#: Most data steps a consensus-step round may ask of a client (``local_round(hold=)``).
+MAX_HOLD = 20
 
 #: Floor of the curvature weight per record (``nu_i >= nu * CURVATURE_FLOOR * N_i``).
 CURVATURE_FLOOR = 1e-2
@@ -381,6 +385,7 @@ class FedEPCohort:
         *,
         restart: bool = False,
         sketch_rank: int = 0,
+        hold: int = 0,
     ) -> RoundReport:
         """One FedEP round for the given clients (default all): duals, W, S, U, Lam.
 
@@ -402,6 +407,13 @@ class FedEPCohort:
             :func:`fedep.core.baselines.client_sketch` of ``U_i``. An n x k summary, no
             record.
 
+        hold : int, default=0
+            A consensus step (:mod:`fedep.core.consensus`): with ``h > 0`` the clients
+            take ``W_i = V`` (``Pi_i = 0``, as ``restart``) and ``h`` data steps at it,
+            no W-step; the report's terms are then those of ``F(V, S)`` and, with
+            ``sketch_rank``, the sketch is the Gram factor the server's exact V-step
+            reads (``sketch_rank = n``).
+
         Returns
         -------
         RoundReport
@@ -412,10 +424,43 @@ class FedEPCohort:
         idx = np.arange(self.d) if clients is None else np.asarray(clients)
         # With every client taking part, index by a slice: views, not copies.
         sel = slice(None) if clients is None else idx
-        if restart:
+        if not 0 <= hold <= MAX_HOLD or sketch_rank < 0:
+            raise ValueError(f"round options out of range: hold {hold}, sketch_rank {sketch_rank}")
+        if restart or hold:
             self.W[sel] = V
             self.Pi[sel] = 0.0
             self.Lam_ssn[sel] = 0.0
+        if hold:
+            for _ in range(int(hold) - 1):
+                self._data_step(idx)
+            res = _Held(self.W[sel].copy(), np.zeros(idx.size), np.zeros(idx.size))
+        else:
+            res = self._w_step(V, sel, idx, clients)
+        metrics = {
+            "manpg_iter": res.n_iter.astype(float),
+            "ssn_iter": res.ssn_iter.astype(float),
+        }
+        if s.use_sparse:
+            dm = self._data_step(idx)
+            metrics.update({k: v[sel] for k, v in dm.items()})
+            projection, grad_scale, l21 = self._gram_terms(sel, refresh_lmax=True)
+        else:
+            projection, grad_scale, l21 = self._gram_terms(sel, refresh_lmax=False)
+            zeros = np.zeros(idx.size)
+            metrics.update(fit=projection, l1=zeros, lam_terms=zeros, data_residual=zeros.copy())
+        metrics.update(projection=projection, grad_scale=grad_scale, l21=self.beta[sel] * l21)
+        metrics["x_norm2"] = self.trX[sel].copy()
+        return RoundReport(
+            W=res.W,  # a fresh array (the state holds its own copy above)
+            Pi=self.Pi[sel].copy(),
+            nu=self.nu[sel].copy(),
+            metrics=metrics,
+            sketch=gram_sketch(self.G[sel], sketch_rank) if sketch_rank > 0 else None,
+        )
+
+    def _w_step(self, V, sel, idx, clients):
+        """Steps 1-2 of a round: the dual ascent of ``W_i = V`` and the ManPG W-step."""
+        s = self.settings
         dual = _kernels.pick(s.kernel, "dual_step")
         if dual is not None:
             Pi = self.Pi[sel]  # a view when every client takes part
@@ -443,27 +488,7 @@ class FedEPCohort:
         )
         self.W[sel] = res.W
         self.Lam_ssn[sel] = res.Lam
-        metrics = {
-            "manpg_iter": res.n_iter.astype(float),
-            "ssn_iter": res.ssn_iter.astype(float),
-        }
-        if s.use_sparse:
-            dm = self._data_step(idx)
-            metrics.update({k: v[sel] for k, v in dm.items()})
-            projection, grad_scale, l21 = self._gram_terms(sel, refresh_lmax=True)
-        else:
-            projection, grad_scale, l21 = self._gram_terms(sel, refresh_lmax=False)
-            zeros = np.zeros(idx.size)
-            metrics.update(fit=projection, l1=zeros, lam_terms=zeros, data_residual=zeros.copy())
-        metrics.update(projection=projection, grad_scale=grad_scale, l21=self.beta[sel] * l21)
-        metrics["x_norm2"] = self.trX[sel].copy()
-        return RoundReport(
-            W=res.W,  # a fresh array (the state holds its own copy above)
-            Pi=self.Pi[sel].copy(),
-            nu=self.nu[sel].copy(),
-            metrics=metrics,
-            sketch=gram_sketch(self.G[sel], sketch_rank) if sketch_rank > 0 else None,
-        )
+        return res
 
     def _gram_terms(self, sel, refresh_lmax: bool, steps: int = 2):
         """``tr(G) - tr(W^T G W)``, ``||G W||`` and ``||W||_{2,1}`` per client.
@@ -627,6 +652,16 @@ class FedEPCohort:
         np.abs(S, out=T1)
         l1 = s.alpha * T1.sum(axis=(1, 2))
         return np.stack([fit, l1, lam, r2])
+
+
+@dataclass
+class _Held:
+    """A W-step not taken (``hold``): the bases stay at ``V``."""
+
+    W: np.ndarray
+    n_iter: np.ndarray
+    ssn_iter: np.ndarray
+    Lam: float = 0.0
 
 
 def _copy_state(targets: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> None:

@@ -38,6 +38,16 @@ With weights proportional to ``rho_i``, ``sum_i rho_i (W_i - Z) = 0`` every roun
 ``sum_i Y_i`` stays 0 and a fixed point (``W_i = Z``, local gradients zero) is a
 stationary point of the pooled objective ``sum_i ||X_i - X_i Z Z^T||^2``.
 
+What a round reports (:meth:`FedPGCohort.local_round`, summed by the server into the
+round's record): ``fit``, the error ``||X_i - X_i Q Q^T||^2`` of the consensus received
+(``Q`` an orthonormal basis of ``span(Z)``), the record's ``objective`` and the stopping
+test's measure; ``projection``, the client's own fit ``||X_i - X_i W_i W_i^T||^2`` at
+its new basis (the record's ``local_fit``); ``lam_terms``, ``<Y_i, W_i - Z> + rho_i/2
+||W_i - Z||^2`` (with ``projection``, the record's ``augmented_lagrangian``: the ADMM
+function the local epochs descend). The rounds decrease the consensus's error only when
+the penalty enforces the consensus: with the paper's ``rho = 0.01`` the local fits fall
+and the consensus's error rises (the first point above).
+
 Notation (paper -> code): W_i -> ``W`` (d, n, r); Z -> ``Z`` (n, r); Y_i -> ``Y``;
 rho_i -> ``rho`` (d,); learning rate -> ``lr``; X_i^T X_i -> ``C`` (d, n, n).
 """
@@ -228,14 +238,14 @@ class FedPGCohort:
             # fresh arrays (no NumPy temporaries of the whole cohort's size).
             W_in, Y_in = np.ascontiguousarray(W), np.ascontiguousarray(self.Y[sel])
             W, Y = np.empty_like(W_in), np.empty_like(Y_in)
-            terms = np.empty((2, idx.size))
+            terms = np.empty((3, idx.size))
             compiled(
                 self.E[sel], self.lam[sel], W_in, Y_in, np.ascontiguousarray(Z, dtype=float),
                 np.ascontiguousarray(Q), 1.0 / self.sizes[sel], self.lr[sel],
                 np.ascontiguousarray(rho), int(s.local_epochs), stiefel, self.trX[sel],
                 W, Y, terms,
             )  # fmt: skip
-            fit, grad_scale = terms
+            fit, grad_scale, own_fit = terms
         else:
             Y = self.Y[sel] + rho[:, None, None] * (W - Z)
             C = self.C[sel] if self.C is not None else self._gram(sel)
@@ -250,14 +260,27 @@ class FedPGCohort:
                 rg = g - W @ WtG
                 W = retract_qr(W, -lr * rg)
             fit = self.trX[sel] - np.einsum("ij,dij->d", Q, C @ Q)
-            grad_scale = np.linalg.norm(C @ W, axis=(-2, -1))
+            CW = C @ W
+            grad_scale = np.linalg.norm(CW, axis=(-2, -1))
+            own_fit = self.trX[sel] - np.einsum("dij,dij->d", W, CW)
+        # The local objective's consensus terms at the new W_i, with the dual and the
+        # consensus the epochs used: <Y_i, W_i - Z> + rho_i/2 ||W_i - Z||^2.
+        diff = W - Z
+        cons = np.einsum("dij,dij->d", Y, diff) + 0.5 * rho * np.einsum("dij,dij->d", diff, diff)
         self.W[sel], self.Y[sel] = W, Y
+        # "fit" (the server's objective, the stopping test's measure): the error of the
+        # consensus received. "projection" + "lam_terms" (the server's augmented
+        # Lagrangian): sum_i ||X_i - X_i W_i W_i^T||^2 + <Y_i, W_i - Z> + rho_i/2
+        # ||W_i - Z||^2 at the clients' new bases, the ADMM function that the local epochs
+        # descend (times 1/N_i); "projection" alone is the record's local_fit. With the
+        # paper's rho the consensus is not enforced: the clients' own fits fall every
+        # round while the consensus's error may rise (see FedPG's docstring).
         metrics = {
             "fit": fit,
-            "projection": fit,
+            "projection": own_fit,
             "l1": np.zeros(idx.size),
             "l21": np.zeros(idx.size),
-            "lam_terms": np.zeros(idx.size),
+            "lam_terms": cons,
             "data_residual": np.zeros(idx.size),
             "manpg_iter": np.full(idx.size, float(s.local_epochs)),
             "ssn_iter": np.zeros(idx.size),

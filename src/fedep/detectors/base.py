@@ -115,7 +115,7 @@ _COMMON_SUMMARIES: dict = {
 }
 _FEDERATION_SUMMARIES: dict = {
     "n_rounds": "most communication rounds",
-    "tol": "stop when the objective's relative change per round is below",
+    "tol": "how close to the optimum the fit stops (relative, of the objective)",
     "client_fraction": "share of the clients in each round",
     "init": "start basis: oneshot = merged client SVDs, or random",
     "warm_start": "refit a fitted model from its own state (the CLI takes the model file)",

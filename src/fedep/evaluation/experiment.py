@@ -211,6 +211,10 @@ def evaluate_detector(
     return out
 
 
+def _opt_float(v) -> float | None:
+    return None if v is None else float(v)
+
+
 def per_round_curve(
     method: str,
     params: dict,
@@ -229,6 +233,11 @@ def per_round_curve(
     parameters, initialisation and client sampling as the detector's own fit. The
     threshold is re-derived from validation-normal scores at each round.
     ``cumulative_time_s`` sums the rounds' own ``time_s`` (scoring excluded).
+    ``objective`` and ``local_fit`` are the round record's (see
+    :func:`fedep.federation.server.server_round`): FedPG's ``objective`` is the
+    reconstruction error of the consensus the round STARTED from (the previous
+    round's, the start's in round 1), its ``local_fit`` that of the clients' own bases
+    after the round.
     """
     if method not in ("FedEP", "FedPG"):
         raise ValueError("per_round_curve supports FedEP and FedPG")
@@ -252,6 +261,7 @@ def per_round_curve(
                 "f1": m["f1"],
                 "roc_auc": m["roc_auc"],
                 "objective": float(record["objective"]),
+                "local_fit": _opt_float(record.get("local_fit")),
                 "cumulative_time_s": t_prev + float(record.get("time_s", 0.0)),
             }
         )

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from fedep.core.baselines import client_sketch
+from fedep.core.baselines import start_sketch
 from fedep.core.benign import attack_counts, mode_sums
 from fedep.core.cohort import client_states, make_cohort
 from fedep.core.rank import client_gram
@@ -243,7 +243,8 @@ class LocalGateways:
         self._start = None if start is None else [start.get(lab) for lab in self.labels]
         if not setup.sketch_rank:
             return None
-        return [client_sketch(b, setup.sketch_rank) for b in self.kept_blocks(std)]
+        k, spec = setup.sketch_rank, setup.spec
+        return [start_sketch(b, k, spec) for b in self.kept_blocks(std)]
 
     def round_clients(self, V0: np.ndarray):
         self._cohort = make_cohort(self._spec, self.kept_blocks(self._std), V0, self._start)

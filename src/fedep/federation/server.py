@@ -148,9 +148,19 @@ def server_round(
     V : ndarray of shape (n, r)
         New consensus.
     record : dict
-        Round diagnostics. ``objective``, ``augmented_lagrangian``, ``data_energy``
-        (``sum_i ||X_i||_F^2``) and the iteration counts sum (average) over the
-        answering clients; the residuals of the
+        Round diagnostics. ``objective``, ``augmented_lagrangian``, ``local_fit``,
+        ``data_energy`` (``sum_i ||X_i||_F^2``) and the iteration counts sum (average)
+        over the answering clients. ``objective``: FedEP's objective at the clients'
+        variables (fit + sparse penalties); FedPG's, the reconstruction error
+        ``sum_i ||X_i - X_i Q Q^T||^2`` of the consensus the clients received this
+        round (``Q`` an orthonormal basis of ``span(V_prev)``: the previous round's
+        global model; what FedPG's stopping test watches). ``local_fit``:
+        ``sum_i ||(I - W_i W_i^T) X_i||^2`` at the clients' new bases (FedEP: of their
+        cleaned records ``U_i``). ``augmented_lagrangian``: FedPG's is the ADMM
+        function its local epochs descend, ``local_fit + sum_i <Y_i, W_i - Z> +
+        rho_i/2 ||W_i - Z||^2`` with ``Z = V_prev``. With the paper's penalty
+        (``rho = 0.01``) FedPG does not enforce the consensus: ``local_fit`` falls every
+        round while ``objective`` may rise. The residuals of the
         stopping test (consensus, data, dual) over the clients that the rule kept, so
         that an excluded client, whose ``W_i`` never joins ``V``, cannot hold the
         run open. ``n_downweighted`` / ``downweighted``: how many and which (positions
@@ -170,7 +180,10 @@ def server_round(
     cres, cterm = consensus_terms(rep.W, Pi_next, rep.nu, V)
     m = rep.metrics
     objective = float(np.sum(m["fit"] + m["l1"] + m["l21"]))
-    lagr = float(np.sum(m["projection"] + m["l1"] + m["l21"] + m["lam_terms"] + cterm))
+    # FedPG's clients report their Lagrangian's consensus terms themselves (in
+    # lam_terms, with their own penalties rho_i, which nu does not carry).
+    lagr_terms = m["projection"] + m["l1"] + m["l21"] + m["lam_terms"]
+    lagr = float(np.sum(lagr_terms if method == "fedpg" else lagr_terms + cterm))
     every = bool(kept.all())
     # The stopping residuals over the kept clients (all of them for "mean": no copies).
     ck = cres if every else cres[kept]
@@ -196,6 +209,7 @@ def server_round(
         "n_clients": int(rep.W.shape[0]),
         "objective": objective,
         "augmented_lagrangian": lagr,
+        "local_fit": float(np.sum(m["projection"])),
         # sum_i ||X_i||_F^2 of the answering clients (the sums above cover them): the
         # scale of the stopping test's change of L (federation.rounds.lagrangian_change).
         "data_energy": float(np.sum(m["x_norm2"])),
@@ -215,6 +229,7 @@ def server_round(
         ),
         "manpg_iter": float(np.mean(m["manpg_iter"])),
         "ssn_iter": float(np.sum(m["ssn_iter"])),
+        "l21": float(np.sum(m["l21"])),
         "n_downweighted": int(kept.size - np.count_nonzero(kept)),
         "downweighted": np.flatnonzero(~kept).tolist(),
         **step.info,
@@ -225,7 +240,7 @@ def server_round(
 #: The scalars of :func:`round_sums` (``s``), in order: sums over the clients.
 ROUND_SCALARS = (
     "n_clients nu nu2 nu_w2 w2 pi_w objective lagrangian data_residual2 x_norm2 grad_scale2 "
-    "manpg_iter ssn_iter"
+    "manpg_iter ssn_iter l21 local_fit"
 ).split()
 
 
@@ -243,7 +258,7 @@ def round_sums(rep: RoundReport) -> dict[str, np.ndarray]:
     -------
     dict
         ``nuW``, ``Pi``, ``W``: ``sum_i nu_i W_i``, ``sum_i Pi_i``, ``sum_i W_i``,
-        each (n, r); ``s``: the :data:`ROUND_SCALARS` (13,).
+        each (n, r); ``s``: the :data:`ROUND_SCALARS` (15,).
     """
     nu = np.asarray(rep.nu, dtype=float)
     m = rep.metrics
@@ -262,6 +277,8 @@ def round_sums(rep: RoundReport) -> dict[str, np.ndarray]:
         np.sum(np.square(m["grad_scale"])),
         np.sum(m["manpg_iter"]),
         np.sum(m["ssn_iter"]),
+        np.sum(m["l21"]),
+        np.sum(m["projection"]),
     ]
     return {
         "nuW": np.tensordot(nu, rep.W, axes=1),
@@ -292,14 +309,16 @@ def server_round_from_sums(
     nu_sq = max(s["nu_w2"] - 2.0 * float(np.sum(nuW * V)) + nu_sum * v2, 0.0)
     sq = max(s["w2"] - 2.0 * float(np.sum(W * V)) + k * v2, 0.0)
     pi_diff = s["pi_w"] - float(np.sum(Pi * V))  # sum_i <Pi_i, W_i - V>
-    # FedEP's recorded Lagrangian holds Pi^{k+1} = Pi + nu (W - V) (see server_round)
-    cterm = pi_diff + (1.5 if method != "fedpg" else 0.5) * nu_sq
+    # FedEP's recorded Lagrangian holds Pi^{k+1} = Pi + nu (W - V) (see server_round);
+    # FedPG's clients report their consensus terms in lam_terms (in "lagrangian").
+    cterm = 0.0 if method == "fedpg" else pi_diff + 1.5 * nu_sq
     xnorm = float(np.sqrt(max(s["x_norm2"], 0.0)))
     dres = float(np.sqrt(max(s["data_residual2"], 0.0)))
     record = {
         "n_clients": int(round(k)),
         "objective": s["objective"],
         "augmented_lagrangian": s["lagrangian"] + cterm,
+        "local_fit": s["local_fit"],
         "data_energy": s["x_norm2"],
         "consensus_residual": float(np.sqrt(sq)),
         "consensus_residual_rel": float(np.sqrt(nu_sq / nu_sum / r)),
@@ -315,5 +334,6 @@ def server_round_from_sums(
         "ssn_iter": s["ssn_iter"],
         "n_downweighted": 0,
         "downweighted": [],
+        "l21": s["l21"],
     }
     return V, record

@@ -40,7 +40,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
-from fedep.core.baselines import client_sketch
+from fedep.core.baselines import start_sketch
 from fedep.core.benign import MODE_SUMS, BenignModes, attack_counts, mode_sums
 from fedep.core.cohort import check_start, client_states, make_cohort
 from fedep.core.feedback import exclusion_masks
@@ -616,7 +616,7 @@ def setup(msg: Message, context: Context) -> Message:
             return _data_error(msg, exc, context)
         privacy.save_noise(context, noise)
     elif k > 0:
-        content["sketch"] = to_array_record(B=client_sketch(_kept_block(context), k))
+        content["sketch"] = to_array_record(B=start_sketch(_kept_block(context), k, meta["spec"]))
     return Message(content, reply_to=msg)
 
 
@@ -656,7 +656,7 @@ def _secure_values(msg: Message, context: Context) -> dict[str, np.ndarray]:
         std = arrays_of(msg.content["std"])
         return {"G": client_gram(X, std["mean"], std["scale"])}
     if what == "sketch":
-        B = client_sketch(_kept_block(context), int(q["rank"]))
+        B = start_sketch(_kept_block(context), int(q["rank"]), _meta(context)["spec"])
         return {"BB": B @ B.T}
     raise ValueError(f"unknown secure sum {what!r}")
 
@@ -669,8 +669,9 @@ def _local_round(msg: Message, context: Context):
     cfg = msg.content.config_records.get("round")
     restart = bool(int(cfg.get("restart", 0))) if cfg is not None else False
     k = int(cfg.get("sketch-rank", 0)) if cfg is not None else 0
-    # Only re-merge rounds carry the options (FedPG's cohort takes none).
-    kw = {"restart": restart, "sketch_rank": k} if (restart or k) else {}
+    hold = int(cfg.get("hold", 0)) if cfg is not None else 0  # range checked by the cohort
+    # Only consensus-step rounds carry options (FedPG's cohort takes none).
+    kw = {"restart": restart, "sketch_rank": k, "hold": hold} if (restart or k or hold) else {}
     rep = cohort.local_round(V, **kw)
     context.state[_COHORT] = to_array_record(**cohort.state_arrays())
     return rep

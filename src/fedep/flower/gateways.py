@@ -700,15 +700,17 @@ class RemoteClients:
         self.secure = secure if secure is not None and secure.secure else None
         self.privacy = privacy
 
-    def local_round(self, V, clients=None, *, restart=False, sketch_rank=0) -> RoundReport:
+    def local_round(self, V, clients=None, *, restart=False, sketch_rank=0, hold=0) -> RoundReport:
         gw = self.gw
         self.rnd += 1
         chosen = gw.order if clients is None else [gw.order[i] for i in clients]
         targets = [lab for lab in chosen if lab in self.active]
         contents = {}
         cfg = {"round": self.rnd}
-        if restart or sketch_rank:  # re-merges (FedEP.remerge): as the in-process cohort
-            cfg.update({"restart": int(bool(restart)), "sketch-rank": int(sketch_rank)})
+        if restart or sketch_rank or hold:  # consensus steps (FedEP.remerge): as in-process
+            cfg.update(
+                {"restart": int(bool(restart)), "sketch-rank": int(sketch_rank), "hold": int(hold)}
+            )
         for lab in targets:
             rd = {"global": to_array_record(V=V), "round": ConfigRecord(cfg)}
             if lab not in self.initialised:

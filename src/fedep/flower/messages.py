@@ -49,9 +49,10 @@ Message types (ServerApp -> ClientApp), in order:
     content: ``V`` (n, r) and the round number; reply: ``W``, ``Pi`` (1, n, r), ``nu``
     (1,) and the scalar metrics of :meth:`FedEPCohort.local_round`. In FedEP's first
     rounds (``remerge``, :func:`fedep.federation.rounds.run_rounds`) the round config
-    also holds ``restart`` (restart the ADMM at ``V``) and ``sketch-rank`` ``k``; the
-    reply then adds ``sketch`` (1, n, k), the one-shot sketch of the gateway's cleaned
-    records ``X_i - S_i`` (from its n x n Gram matrix; no record).
+    also holds ``restart`` (restart the ADMM at ``V``), ``hold`` (consensus steps:
+    ``W_i = V`` and that many data steps, no W-step) and ``sketch-rank`` ``k``; the
+    reply then adds ``sketch`` (1, n, k), the sketch of the gateway's cleaned records
+    ``X_i - S_i`` (a factor of its n x n Gram matrix; no record).
 ``evaluate.finalize``
     content: the final consensus and the run's history; the gateway writes its
     personalised model file (with its feature pipeline) and replies with two thresholds.

@@ -227,7 +227,7 @@ _SCALARS: dict[str, _Value] = {
     "rank_reason_": _Value("str", nonempty=True),
     "n_iter_": _Value("int", lo=0),
     # "converged": the name files written before the named stop reasons hold
-    "stop_reason_": _Value("str", choices=(*STOP_REASONS, "converged")),
+    "stop_reason_": _Value("str", choices=(*STOP_REASONS, "converged", "lagrangian_stationary")),
     # differential privacy (FedEP's dp_epsilon): the loss spent (null: inf, no noise),
     # its delta and the noise multiplier of every release
     "dp_epsilon_": _Value("real", lo=0, null=True),

@@ -74,7 +74,8 @@ def _fedpg(
     # gradient rg = g - W sym(W^T g) (Stiefel) or (I - W W^T) g (Grassmann); in the
     # eigenbasis E_i of C_i (rotated matrices held transposed, r x n: contiguous rows).
     # out[0, q]: tr(C) - tr(Qz^T C Qz), the objective of the consensus basis Qz;
-    # out[1, q]: ||C W||_F at the new W.
+    # out[1, q]: ||C W||_F at the new W;
+    # out[2, q]: tr(C) - tr(W^T C W), the client's own fit at the new W.
     d, n, r = W.shape
     WT = np.empty((r, n))
     AT = np.empty((r, n))
@@ -232,11 +233,14 @@ def _fedpg(
                         WT[p, j] += c0 * AT[k, j]
                     k += 1
         gs = 0.0
+        fit = 0.0
         for p in range(r):
             for j in range(n):
                 cw = lam[q, j] * WT[p, j]
                 gs += cw * cw
+                fit += cw * WT[p, j]
         out[1, q] = np.sqrt(gs)
+        out[2, q] = trX[q] - fit
         # Back to the features: W[i, p] = <E[i], W~[p]>.
         for i in range(n):
             p = 0

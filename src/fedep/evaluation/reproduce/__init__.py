@@ -61,7 +61,8 @@ version 4 added ``feature_sets``, version 5 ``contaminated``)::
       "roc": {dataset: {method: {"fpr": [..], "tpr": [..], "roc_auc": float,
                                  "operating_point": {"fpr", "tpr"} (honest threshold)}}},
       "rounds": {dataset: {method: [{"round", "acc", "f1", "roc_auc", "objective",
-                                     "cumulative_time_s"}]}},
+                                     "local_fit", "cumulative_time_s"}]}} (FedPG's
+                 "objective": the error of the consensus the round started from),
       "contributions": {dataset: {"features": [..], method: [..]}} (mean residual
                        contribution per feature over the test attacks, global basis),
       "ablation": [{"dataset", "case", "roc_auc", "acc", "f1", "fpr", "test_tuned_f1"}],

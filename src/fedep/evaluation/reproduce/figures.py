@@ -8,7 +8,8 @@ sit outside the data at :data:`LEGEND_FONTSIZE` or more; titles name the setting
   placed away from curves and each other), curves that coincide named in the legend,
   a caption under the legend naming any curve that lies below the diagonal.
 - Accuracy / ROC AUC / objective per round, one quantity per axes, units and
-  "higher/lower is better" on the axis; a quantity whose range is below
+  "higher/lower is better" on the axis (FedPG: its consensus's and clients' errors);
+  a quantity whose range is below
   :data:`FLAT_REL` of its value is drawn in a window of :data:`FLAT_WINDOW` of its
   value and labelled "range x..y" (no steep decline drawn out of a flat curve).
 - Mean residual contribution per feature on test attacks (log axis when the values
@@ -548,8 +549,55 @@ def _objective_axes(ax, m: str, rows: list[dict], i: int) -> None:
     ax.set_title(f"{m}: objective", fontsize=9)
 
 
+#: Line style of FedPG's clients' own fits, beside its consensus's error.
+LOCAL_FIT_LINESTYLE = ":"
+
+
+def _fedpg_axes(ax, m: str, rows: list[dict], i: int) -> None:
+    """FedPG's reconstruction errors per round: the consensus's (the record's
+    ``objective``, of the consensus the round started from, so drawn at the round that
+    produced it; 0: the start) and the clients' own bases' (``local_fit``, what its
+    local steps decrease). Under the paper's ``rho = 0.01`` the first may rise while
+    the second falls (docs/convergence.md)."""
+    st = style(m, i)
+    xc = [int(r["round"]) - 1 for r in rows]
+    cons = np.array([_num(r["objective"]) for r in rows])
+    own = [(int(r["round"]), _num(r["local_fit"])) for r in rows if r.get("local_fit") is not None]
+    ax.plot(xc, cons, ms=3, label="consensus (global model)", **_line_kw(st, len(xc)))
+    values = list(cons)
+    if own:
+        kw = _line_kw(st, len(own))
+        if kw["linestyle"] != "none":
+            kw["linestyle"] = LOCAL_FIT_LINESTYLE
+        xo, yo = zip(*own, strict=True)
+        ax.plot(xo, yo, ms=3, mfc="none", label="clients' own bases", **kw)
+        values += list(yo)
+        ax.legend(fontsize=LEGEND_FONTSIZE, frameon=False, loc="best")
+    v = np.asarray(values, dtype=float)
+    fin = v[np.isfinite(v)]
+    if fin.size and fin.min() > 0 and fin.max() / fin.min() >= 10:
+        ax.set_yscale("log")
+        scale = ", log scale"
+    else:
+        ax.set_ylim(*honest_limits(v))
+        _plain_y(ax)
+        _flat_note(ax, v)
+        scale = ""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(
+        xlabel="communication round (0: start)",
+        ylabel=f"reconstruction error of training records\n(sum over clients{scale}), "
+        "lower is better",
+    )
+    ax.set_title(f"{m}: consensus vs clients' own fits", fontsize=9)
+
+
 def rounds_figure(name: str, by_m: dict[str, list[dict]], setting: str):
-    """Accuracy, ROC AUC and each method's objective per round; one shared legend."""
+    """Accuracy, ROC AUC and each method's objective per round (FedPG: the
+    reconstruction errors of its consensus and of the clients' own bases,
+    :func:`_fedpg_axes`); one shared legend."""
     import matplotlib.pyplot as plt
 
     n_obj = len(by_m)
@@ -565,7 +613,7 @@ def rounds_figure(name: str, by_m: dict[str, list[dict]], setting: str):
         aucs += auc
         a_acc.plot(rr, acc, ms=3, label=m, **_line_kw(st, len(rr)))
         a_auc.plot(rr, auc, ms=3, label=m, **_line_kw(st, len(rr)))
-        _objective_axes(axes[2 + i], m, rows, i)
+        (_fedpg_axes if m == "FedPG" else _objective_axes)(axes[2 + i], m, rows, i)
     a_acc.set(xlabel="communication round", ylabel="test accuracy (%), higher is better")
     a_acc.set_ylim(*honest_limits(accs, 0.0, 100.0, min_span=5.0))
     a_acc.set_title("accuracy (honest threshold per round)", fontsize=9)
