@@ -512,7 +512,7 @@ def main(argv=None):
     p.add_argument("--starts", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
     p.add_argument("--methods", nargs="+", default=["fedep"], choices=list(ESTIMATORS))
     p.add_argument(
-        "--candidates", nargs="+", default=["reference", "random", "other-split", "cold-units"],
+        "--candidates", nargs="*", default=["reference", "random", "other-split", "cold-units"],
         choices=["reference", "random", "other-split", "cold-units"],
         help="the runs besides the default fit (random, other-split: cold cells; "
         "cold-units: warm cells)",

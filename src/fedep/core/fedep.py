@@ -249,18 +249,13 @@ class FedEPCohort:
         weights = settings.consensus_weights
         if weights == "auto":
             weights = "curvature" if relative else "uniform"
-        # The curvature has a floor of CURVATURE_FLOOR per record: on globally
-        # standardised data an average record carries energy n_features, so a client
-        # below the floor is near-constant (quiet) traffic. Without it, such a
-        # client's nu_i ~ 0: its basis never moves toward V and ADMM never settles.
-        curvature = np.maximum(self.lmax, CURVATURE_FLOOR * self.sizes)
-        scale = {"curvature": curvature, "samples": self.sizes, "uniform": np.ones(self.d)}
-        if weights not in scale:
+        if weights not in ("curvature", "samples", "uniform"):
             raise ValueError(
                 "consensus_weights must be 'auto', 'curvature', 'samples' or 'uniform'; "
                 f"got {weights!r}"
             )
-        self.nu = float(nu) * scale[weights].astype(float)
+        self._nu_weights, self._nu_scalar = weights, float(nu)
+        self.nu = self._penalties(slice(None))
         _kernels.requested_mode(settings.kernel)  # an unknown kernel fails here
         if settings.use_sparse:
             # S is not state: each round's S-step reads only X, U and A, so S is
@@ -279,11 +274,30 @@ class FedEPCohort:
             for g in self.groups:
                 g.X = None  # U = X, and only G is needed
 
+    def _penalties(self, sel) -> np.ndarray:
+        """The consensus penalties ``nu_i`` of the clients ``sel`` at their current
+        curvature ``lmax`` (``consensus_weights``, see :class:`FedEPSettings`).
+
+        The curvature has a floor of CURVATURE_FLOOR per record: on globally
+        standardised data an average record carries energy n_features, so a client
+        below the floor is near-constant (quiet) traffic. Without it, such a client's
+        ``nu_i ~ 0``: its basis never moves toward V and ADMM never settles.
+        """
+        sizes = self.sizes[sel].astype(float)
+        if self._nu_weights == "curvature":
+            scale = np.maximum(self.lmax[sel], CURVATURE_FLOOR * sizes)
+        elif self._nu_weights == "samples":
+            scale = sizes
+        else:
+            scale = np.ones_like(sizes)
+        return self._nu_scalar * scale
+
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Every array that changes over rounds: enough to resume (a gateway's checkpoint).
 
-        ``W``, ``Pi`` (d, n, r), the SSN multipliers ``Lam_ssn`` (d, r, r), the Gram
+        ``W``, ``Pi`` (d, n, r), the penalties ``nu`` (d,), the SSN multipliers
+        ``Lam_ssn`` (d, r, r), the Gram
         matrices ``G`` (d, n, n), ``lmax`` (d,), its eigenvector ``top`` (d, n) and,
         per padded group ``j``, ``U.j`` and ``A.j`` (k, m, n) when ``S`` is modelled
         (``A.j`` replaced by ``dual_basis.j`` (k, n, r) and ``dual_scale.j`` (k,) where
@@ -293,6 +307,7 @@ class FedEPCohort:
         out = {
             "W": self.W.copy(),
             "Pi": self.Pi.copy(),
+            "nu": self.nu.copy(),
             "Lam_ssn": self.Lam_ssn.copy(),
             "G": self.G.copy(),
             "lmax": self.lmax.copy(),
@@ -312,7 +327,7 @@ class FedEPCohort:
             If a key is missing or unknown or an array's shape differs.
         """
         targets = {
-            "W": self.W, "Pi": self.Pi, "Lam_ssn": self.Lam_ssn, "G": self.G,
+            "W": self.W, "Pi": self.Pi, "nu": self.nu, "Lam_ssn": self.Lam_ssn, "G": self.G,
             "lmax": self.lmax, "top": self._top,
         }  # fmt: skip
         for j, g in enumerate(self.groups):
@@ -397,8 +412,9 @@ class FedEPCohort:
             Positions of the participating clients.
         restart : bool, default=False
             Restart the consensus ADMM at ``V`` first: ``W_i = V``, ``Pi_i = 0`` (and
-            the SSN multipliers 0); the data-side state (``U``, ``Lam``, so ``S``) is
-            kept. The server asks for it after it re-merged ``V`` from sketches
+            the SSN multipliers 0), the penalties ``nu_i`` at the current curvature of
+            the cleaned records; the data-side state (``U``, ``Lam``, so ``S``) is
+            kept. The server asks for it after its consensus steps
             (:func:`fedep.federation.rounds.run_rounds`, ``remerge``).
         sketch_rank : int, default=0
             With ``k > 0``, also return each client's sketch of its cleaned records
@@ -430,6 +446,11 @@ class FedEPCohort:
             self.W[sel] = V
             self.Pi[sel] = 0.0
             self.Lam_ssn[sel] = 0.0
+        if restart:
+            # A fresh ADMM (Pi = 0): its penalties at the curvature of the records as
+            # cleaned now (S may hold much of the raw records' energy: penalties of the
+            # raw curvature freeze the bases and inflate the dual residual).
+            self.nu[sel] = self._penalties(idx)
         if hold:
             for _ in range(int(hold) - 1):
                 self._data_step(idx)

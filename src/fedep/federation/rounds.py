@@ -502,9 +502,13 @@ def _number(v) -> bool:
 
 def _stationary_start(history: list[dict], tol: float) -> bool:
     """A warm start's drift test at its second round: its first change of the augmented
-    Lagrangian (relative to the objective) at most ``tol`` and its primal residuals
-    within the stopping test's bound (the carried state fits the new records)."""
+    Lagrangian (relative to the objective) at most ``tol`` and its primal and dual
+    residuals within the stopping test's bounds (the carried state fits the new records;
+    a state frozen by penalties of other records has a large dual residual)."""
     first = _steps(history[:2], "augmented_lagrangian")
     last = history[-1]
     primal = max(last["consensus_residual_rel"], last["data_residual_rel"])
-    return bool(first.size and first[0] <= tol and primal <= PRIMAL_BOUND * tol)
+    dual = last["dual_residual_rel"]
+    return bool(
+        first.size and first[0] <= tol and primal <= PRIMAL_BOUND * tol and dual <= DUAL_BOUND * tol
+    )
