@@ -74,12 +74,9 @@ class _FederatedMixin:
         ``init="random"``); the round loop then runs from ``V0``, the merge of the
         sketches or a random basis. ``start`` (a warm start from a model,
         :class:`~fedep.detectors.driver.WarmStart`) starts each gateway at its own
-        carried state, from the model's consensus; it meets the stopping test on its own
-        rounds, as a cold fit. Consensus steps are the warm start's drift test, at its
-        second round: when its first change and residuals already meet the stopping
-        test's bounds (the data did not move) none is taken and the carried state goes
-        on; otherwise (the data moved) they run on the new cleaned records, as a cold
-        fit's do.
+        carried state, from the model's consensus; its consensus steps (FedEP with
+        ``remerge``) start there, and it meets the stopping test on its own rounds, as a
+        cold fit.
         """
         r = self._rank()
         sketch_rank = r if V0 is None and self.init == "oneshot" else 0
@@ -229,9 +226,8 @@ class FedEP(_FederatedMixin, BaseFederatedDetector):
         ``client_multipliers_``), a new gateway from the consensus, with no one-shot
         sketch; ``S_i`` settles on the new records by local data steps first. The
         refit meets the same stopping test as a cold fit on its own rounds (at least
-        11). With ``remerge``, a refit whose first change and residuals do not already
-        meet ``tol`` (the data moved) takes exact consensus steps on the new cleaned
-        records first, as a cold fit does (docs/lineage.md). ``lineage_``
+        11). With ``remerge`` its exact consensus steps on the new cleaned records start
+        at the model's consensus (docs/lineage.md). ``lineage_``
         names the model refitted as the parent. Refused (one line) for new records of
         other features or an integer ``n_components`` other than the model's rank.
         ``fedep fit --warm-start MODEL`` is this with the model file.
