@@ -528,20 +528,25 @@ def _line_kw(st: dict, n_points: int) -> dict:
     return {"color": st["color"], "linestyle": ls, "marker": st["marker"]}
 
 
+def _value_scale(ax, v: np.ndarray) -> str:
+    """A log y axis when the positive values span a decade or more, else honest linear
+    limits (a flat range labelled); returns the label's note (", log scale" or "")."""
+    fin = v[np.isfinite(v)]
+    if fin.size and fin.min() > 0 and fin.max() / fin.min() >= 10:
+        ax.set_yscale("log")
+        return ", log scale"
+    ax.set_ylim(*honest_limits(v))
+    _plain_y(ax)
+    _flat_note(ax, v)
+    return ""
+
+
 def _objective_axes(ax, m: str, rows: list[dict], i: int) -> None:
     st = style(m, i)
     rr = [r["round"] for r in rows]
     obj = np.array([_num(r["objective"]) for r in rows])
     ax.plot(rr, obj, ms=3, label=m, **_line_kw(st, len(rr)))
-    fin = obj[np.isfinite(obj)]
-    if fin.size and fin.min() > 0 and fin.max() / fin.min() >= 10:
-        ax.set_yscale("log")
-        scale = ", log scale"
-    else:
-        ax.set_ylim(*honest_limits(obj))
-        _plain_y(ax)
-        _flat_note(ax, obj)
-        scale = ""
+    scale = _value_scale(ax, obj)
     ax.set(
         xlabel="communication round",
         ylabel=f"objective (fit + sparse penalties,\nsum over clients{scale}), lower is better",
@@ -573,16 +578,7 @@ def _fedpg_axes(ax, m: str, rows: list[dict], i: int) -> None:
         ax.plot(xo, yo, ms=3, mfc="none", label="clients' own bases", **kw)
         values += list(yo)
         ax.legend(fontsize=LEGEND_FONTSIZE, frameon=False, loc="best")
-    v = np.asarray(values, dtype=float)
-    fin = v[np.isfinite(v)]
-    if fin.size and fin.min() > 0 and fin.max() / fin.min() >= 10:
-        ax.set_yscale("log")
-        scale = ", log scale"
-    else:
-        ax.set_ylim(*honest_limits(v))
-        _plain_y(ax)
-        _flat_note(ax, v)
-        scale = ""
+    scale = _value_scale(ax, np.asarray(values, dtype=float))
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
