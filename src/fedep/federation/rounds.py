@@ -495,7 +495,3 @@ class _ConsensusSteps:
         if theta == 0.0:
             return M
         return polar(M + theta * (M - aligned(prev, M)))
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
