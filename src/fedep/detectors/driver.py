@@ -135,9 +135,6 @@ class WarmStart:
         The model's ``lineage_`` (the new model's parent).
     parent_sha256 : str or None
         The integrity digest of the model's file, when it was loaded from one.
-    history : list of dict or None
-        The model's ``history_``: its last rounds seed the refit's stopping window
-        (:func:`fedep.federation.rounds.carried_rounds`).
     """
 
     std: Standardization
@@ -147,7 +144,6 @@ class WarmStart:
     features: object = None
     parent: dict | None = None
     parent_sha256: str | None = None
-    history: list | None = None
 
 
 def standardization(pooled: Moments, *, pipeline=None, standardize: bool = True) -> Standardization:

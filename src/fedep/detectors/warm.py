@@ -70,7 +70,6 @@ def warm_start(det) -> WarmStart | None:
         features=getattr(det, "features_", None),
         parent=getattr(det, "lineage_", None),
         parent_sha256=getattr(det, "file_sha256_", None),
-        history=getattr(det, "history_", None),
     )
 
 
