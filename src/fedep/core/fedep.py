@@ -682,7 +682,6 @@ class _Held:
     W: np.ndarray
     n_iter: np.ndarray
     ssn_iter: np.ndarray
-    Lam: float = 0.0
 
 
 def _copy_state(targets: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> None:
